@@ -35,10 +35,12 @@ Status validate_codebook_args(std::uint32_t head_dim, std::uint32_t bits) {
 
 // Continued fraction of the regularised incomplete beta function (DLMF 8.17.22), modified Lentz:
 // I_z(a, b) = z^a (1−z)^b / (a·B(a, b)) · 1/(1 + d1/(1 + d2/(1 + ...))). Converges fast for
-// z < (a+1)/(a+b+2); callers only use it there. `one_minus_z` is passed separately for accuracy.
-double incomplete_beta_cf(double z, double one_minus_z, double a, double b, double log_beta_ab) {
+// z < (a+1)/(a+b+2); callers only use it there.
+// log z and log(1 − z) come from the caller, computed from x² with log1p: a·log z with a ≈ 500 would
+// otherwise turn one rounding of z into a 5e-14 relative error of the result.
+double incomplete_beta_cf(double z, double log_z, double log_one_minus_z, double a, double b, double log_beta_ab) {
   if (z <= 0.0) return 0.0;
-  const double log_front = a * std::log(z) + b * std::log(one_minus_z) - std::log(a) - log_beta_ab;
+  const double log_front = a * log_z + b * log_one_minus_z - std::log(a) - log_beta_ab;
   constexpr double kTiny = 1e-300;
   constexpr double kEps = 3e-16;  // |δ − 1| within about one ulp
   // g = 1 + d1/(1 + d2/(1 + ...)) by modified Lentz (b0 = 1, every partial denominator 1); I = front/g.
@@ -86,20 +88,19 @@ struct Density {
     log_beta = std::log(sqrt_pi / ratio);
   }
 
+  // Exponents use log1p(−x²): m·log((1 − x)(1 + x)) would amplify the product's rounding by m ≈ 500.
   double pdf(double x) const {
     const double ax = std::fabs(x);
     if (ax > 1.0) return 0.0;
-    const double one_minus_x2 = (1.0 - ax) * (1.0 + ax);
-    if (one_minus_x2 == 0.0) return m == 0.0 ? std::exp(log_norm) : (m < 0.0 ? INFINITY : 0.0);
-    return std::exp(log_norm + m * std::log(one_minus_x2));
+    if (ax == 1.0) return m == 0.0 ? std::exp(log_norm) : (m < 0.0 ? INFINITY : 0.0);
+    return std::exp(log_norm + m * std::log1p(-ax * ax));
   }
 
   // f(x)·(1 − x²): the antiderivative of x·f(x) is −f(x)(1 − x²)/(d − 1).
   double pdf_times_one_minus_x2(double x) const {
     const double ax = std::fabs(x);
     if (ax >= 1.0) return 0.0;
-    const double one_minus_x2 = (1.0 - ax) * (1.0 + ax);
-    return std::exp(log_norm + (m + 1.0) * std::log(one_minus_x2));
+    return std::exp(log_norm + (m + 1.0) * std::log1p(-ax * ax));
   }
 
   // ∫_x^1 f for x ∈ [0, 1] = ½·I_{1−x²}(A, ½) = ½·(1 − I_{x²}(½, A)); each side where its fraction converges.
@@ -108,9 +109,11 @@ struct Density {
     if (x >= 1.0) return 0.0;
     const double s = x * x;
     const double z = (1.0 - x) * (1.0 + x);
+    const double log_s = 2.0 * std::log(x);
+    const double log_z = std::log1p(-s);
     const double a = half_d_minus_1;
-    if (z < (a + 1.0) / (a + 2.5)) return 0.5 * incomplete_beta_cf(z, s, a, 0.5, log_beta);
-    return 0.5 * (1.0 - incomplete_beta_cf(s, z, 0.5, a, log_beta));
+    if (z < (a + 1.0) / (a + 2.5)) return 0.5 * incomplete_beta_cf(z, log_z, log_s, a, 0.5, log_beta);
+    return 0.5 * (1.0 - incomplete_beta_cf(s, log_s, log_z, 0.5, a, log_beta));
   }
 
   // ∫_lo^hi f, with relative accuracy for cells in either tail.
@@ -282,8 +285,14 @@ Result<Codebook> Codebook::solve(std::uint32_t head_dim, std::uint32_t bits) {
   lloyd_map(density, c, eval);
   double residual = max_abs_diff(eval.t, c);
   std::uint32_t iterations = 0;
-  while (residual >= kTolerance && iterations < kMaxIterations) {
+  // After reaching the tolerance, keep taking Newton steps while they still shrink the residual (at most
+  // kPolishSteps): the distance to the fixed point is the residual times 1/(1 − ρ), ρ the Lloyd map's
+  // contraction rate, which is close to 1 for many levels.
+  constexpr std::uint32_t kPolishSteps = 4;
+  std::uint32_t polish = 0;
+  while ((residual >= kTolerance || polish < kPolishSteps) && iterations < kMaxIterations) {
     ++iterations;
+    if (residual < kTolerance) ++polish;
     // Try Newton; keep it only if it lands on valid centroids with a smaller residual, else take the
     // plain Lloyd step (which never increases the distortion).
     std::vector<double> next = newton_step(c, eval);
@@ -299,6 +308,7 @@ Result<Codebook> Codebook::solve(std::uint32_t head_dim, std::uint32_t bits) {
         accepted = true;
       }
     }
+    if (!accepted && residual < kTolerance) break;  // polishing has reached the rounding floor
     if (!accepted) {
       c = eval.t;
       symmetrize(c);

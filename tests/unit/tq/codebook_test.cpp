@@ -7,12 +7,15 @@
 #include <bit>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <limits>
 #include <numbers>
 #include <random>
 #include <set>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -352,26 +355,63 @@ TEST(Codebook, EmpiricalDistortionMatchesTheExactValue) {
   }
 }
 
-// Optional golden file from scripts/golden/codebook_golden.py (an independent numpy/scipy solver).
-TEST(Codebook, MatchesTheIndependentGoldenFileWhenPresent) {
-  const char* dir = std::getenv("KVCOMPACT_TEST_DATA");
-  if (dir == nullptr) GTEST_SKIP() << "KVCOMPACT_TEST_DATA not set";
-  std::ifstream in(std::string(dir) + "/codebooks.txt");
-  if (!in) GTEST_SKIP() << "no codebooks.txt in " << dir;
-  std::uint32_t d = 0, b = 0;
+// tests/golden/codebooks.json, written by scripts/golden/codebook_golden.py: an independent solver
+// (scipy adaptive quadrature + MINPACK root finding) over d ∈ {16 ... 1024} × bits 1..5. The file has a
+// fixed shape we write ourselves, so a small scanner reads it.
+struct GoldenBook {
+  std::uint32_t head_dim = 0;
+  std::uint32_t bits = 0;
   double distortion = 0.0;
-  int checked = 0;
-  while (in >> d >> b >> distortion) {
-    const Codebook& cb = book(d, b);
-    EXPECT_NEAR(cb.distortion(), distortion, 1e-9 * distortion) << "d " << d << " b " << b;
-    for (std::uint32_t k = 0; k < cb.levels(); ++k) {
-      double c = 0.0;
-      ASSERT_TRUE(in >> c);
-      EXPECT_NEAR(cb.centroids()[k], c, 1e-11) << "d " << d << " b " << b << " k " << k;
+  std::vector<double> centroids;
+};
+
+std::vector<GoldenBook> read_golden(const std::string& text) {
+  std::vector<GoldenBook> books;
+  auto number_after = [&text](std::size_t& pos, const char* key) {
+    pos = text.find(key, pos);
+    if (pos == std::string::npos) return std::numeric_limits<double>::quiet_NaN();
+    pos += std::strlen(key);
+    char* end = nullptr;
+    const double v = std::strtod(text.c_str() + pos, &end);
+    pos = static_cast<std::size_t>(end - text.c_str());
+    return v;
+  };
+  std::size_t pos = 0;
+  while ((pos = text.find("\"head_dim\":", pos)) != std::string::npos) {
+    GoldenBook book;
+    book.head_dim = static_cast<std::uint32_t>(number_after(pos, "\"head_dim\":"));
+    book.bits = static_cast<std::uint32_t>(number_after(pos, "\"bits\":"));
+    book.distortion = number_after(pos, "\"distortion\":");
+    pos = text.find('[', text.find("\"centroids\":", pos)) + 1;
+    const std::size_t close = text.find(']', pos);
+    while (pos < close) {
+      char* end = nullptr;
+      book.centroids.push_back(std::strtod(text.c_str() + pos, &end));
+      pos = text.find_first_not_of(" ,\n", static_cast<std::size_t>(end - text.c_str()));
     }
-    ++checked;
+    books.push_back(std::move(book));
   }
-  EXPECT_GT(checked, 0);
+  return books;
+}
+
+TEST(Codebook, MatchesTheIndependentGoldenSolver) {
+  const char* dir = std::getenv("KVCOMPACT_TEST_DATA");
+  ASSERT_NE(dir, nullptr) << "KVCOMPACT_TEST_DATA must point at tests/golden";
+  std::ifstream in(std::string(dir) + "/codebooks.json");
+  ASSERT_TRUE(in) << "cannot open " << dir << "/codebooks.json";
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto books = read_golden(text);
+  ASSERT_EQ(books.size(), 50u);
+  for (const auto& golden : books) {
+    const Codebook& cb = book(golden.head_dim, golden.bits);
+    ASSERT_EQ(golden.centroids.size(), cb.levels()) << "d " << golden.head_dim << " b " << golden.bits;
+    EXPECT_NEAR(cb.distortion(), golden.distortion, 1e-10 * golden.distortion)
+        << "d " << golden.head_dim << " b " << golden.bits;
+    for (std::uint32_t k = 0; k < cb.levels(); ++k) {
+      EXPECT_NEAR(cb.centroids()[k], golden.centroids[k], 1e-13)
+          << "d " << golden.head_dim << " b " << golden.bits << " k " << k;
+    }
+  }
 }
 
 }  // namespace
