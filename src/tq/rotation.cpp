@@ -5,6 +5,11 @@
 
 #include <bit>
 #include <cmath>
+#include <type_traits>
+
+#if defined(__SSE2__)
+#include <immintrin.h>
+#endif
 
 #include "kvcompact/core/assert.hpp"
 #include "kvcompact/tq/prng.hpp"
@@ -12,12 +17,11 @@
 namespace kvcompact::tq {
 namespace {
 
-// One block of n (a power of two, ≥ 16) coordinates. Forward: out = H·(signs ⊙ in)·scale.
-// Inverse: out = signs ⊙ (H·(in·scale)). `in` may equal `out`.
+// Strides 1, 2 and 4 on one group of 8, in registers: the same additions in the same order as three
+// separate passes, so the rounding is identical. `pre` multiplies the inputs (the signs going forward,
+// 1/√n going back).
 template <typename T, bool kForward>
-void rotate_block(const T* in, T* out, std::uint32_t n, const T* signs, T scale) {
-  // Strides 1, 2 and 4 in registers, one group of 8 at a time: the same additions in the same order as
-  // three separate passes, so the rounding is identical.
+inline void first_three_stages(const T* in, T* out, std::uint32_t n, const T* signs, T scale) {
   for (std::uint32_t g = 0; g < n; g += 8) {
     T v[8];
     for (int k = 0; k < 8; ++k) v[k] = kForward ? in[g + k] * signs[g + k] : in[g + k] * scale;
@@ -33,36 +37,117 @@ void rotate_block(const T* in, T* out, std::uint32_t n, const T* signs, T scale)
     }
     for (int k = 0; k < 8; ++k) out[g + k] = v[k];
   }
-  // Strides 8 .. n/2 over contiguous runs (these vectorise); the last stage applies the other factor.
-  for (std::uint32_t h = 8; h < n; h *= 2) {
-    const bool last = 2 * h == n;
-    for (std::uint32_t i = 0; i < n; i += 2 * h) {
-      T* __restrict lo = out + i;
-      T* __restrict hi = out + i + h;
+}
+
+#if defined(__SSE2__)
+// SSE form of the above for float: in-lane shuffles, a sign-bit flip (exact) and adds. x + (−y) is
+// x − y in IEEE arithmetic, so the results are bit-identical to the scalar form.
+template <bool kForward>
+inline void first_three_stages_sse(const float* in, float* out, std::uint32_t n, const float* signs, float scale) {
+  const __m128 flip_odd = _mm_set_ps(-0.0f, 0.0f, -0.0f, 0.0f);   // lanes 1, 3
+  const __m128 flip_high = _mm_set_ps(-0.0f, -0.0f, 0.0f, 0.0f);  // lanes 2, 3
+  const __m128 scale4 = _mm_set1_ps(scale);
+  auto stages12 = [&](__m128 v) {
+    // stride 1: [v0+v1, v0−v1, v2+v3, v2−v3]
+    v = _mm_add_ps(_mm_shuffle_ps(v, v, _MM_SHUFFLE(2, 2, 0, 0)),
+                   _mm_xor_ps(_mm_shuffle_ps(v, v, _MM_SHUFFLE(3, 3, 1, 1)), flip_odd));
+    // stride 2: [v0+v2, v1+v3, v0−v2, v1−v3]
+    return _mm_add_ps(_mm_shuffle_ps(v, v, _MM_SHUFFLE(1, 0, 1, 0)),
+                      _mm_xor_ps(_mm_shuffle_ps(v, v, _MM_SHUFFLE(3, 2, 3, 2)), flip_high));
+  };
+  for (std::uint32_t g = 0; g < n; g += 8) {
+    __m128 a = _mm_loadu_ps(in + g);
+    __m128 b = _mm_loadu_ps(in + g + 4);
+    if constexpr (kForward) {
+      a = _mm_mul_ps(a, _mm_loadu_ps(signs + g));
+      b = _mm_mul_ps(b, _mm_loadu_ps(signs + g + 4));
+    } else {
+      a = _mm_mul_ps(a, scale4);
+      b = _mm_mul_ps(b, scale4);
+    }
+    a = stages12(a);
+    b = stages12(b);
+    _mm_storeu_ps(out + g, _mm_add_ps(a, b));  // stride 4
+    _mm_storeu_ps(out + g + 4, _mm_sub_ps(a, b));
+  }
+}
+#endif
+
+// The final stage (stride n/2) also applies the other factor: ·1/√n going forward, ·signs going back.
+template <typename T, bool kForward>
+inline T last_factor(const T* signs, std::uint32_t index, T scale) {
+  if constexpr (kForward) {
+    (void)signs;
+    (void)index;
+    return scale;
+  } else {
+    (void)scale;
+    return signs[index];
+  }
+}
+
+// One block of n (a power of two, ≥ 16) coordinates. Forward: out = H·(signs ⊙ in)·scale.
+// Inverse: out = signs ⊙ (H·(in·scale)). `in` may equal `out`.
+template <typename T, bool kForward>
+void rotate_block(const T* in, T* out, std::uint32_t n, const T* signs, T scale) {
+#if defined(__SSE2__)
+  if constexpr (std::is_same_v<T, float>) {
+    first_three_stages_sse<kForward>(in, out, n, signs, scale);
+  } else {
+    first_three_stages<T, kForward>(in, out, n, signs, scale);
+  }
+#else
+  first_three_stages<T, kForward>(in, out, n, signs, scale);
+#endif
+  // Strides 8 .. n/2 over contiguous runs (these vectorise), two stages per pass while two remain:
+  // stride h then 2h on the same four runs, in the same order as two passes.
+  std::uint32_t h = 8;
+  for (; 4 * h <= n; h *= 4) {
+    const bool last = 4 * h == n;
+    for (std::uint32_t i = 0; i < n; i += 4 * h) {
+      T* __restrict r0 = out + i;
+      T* __restrict r1 = out + i + h;
+      T* __restrict r2 = out + i + 2 * h;
+      T* __restrict r3 = out + i + 3 * h;
       if (!last) {
         for (std::uint32_t j = 0; j < h; ++j) {
-          const T a = lo[j];
-          const T b = hi[j];
-          lo[j] = a + b;
-          hi[j] = a - b;
+          const T a = r0[j] + r1[j], b = r0[j] - r1[j], c = r2[j] + r3[j], d = r2[j] - r3[j];
+          r0[j] = a + c;
+          r2[j] = a - c;
+          r1[j] = b + d;
+          r3[j] = b - d;
         }
       } else if constexpr (kForward) {
         for (std::uint32_t j = 0; j < h; ++j) {
-          const T a = lo[j];
-          const T b = hi[j];
-          lo[j] = (a + b) * scale;
-          hi[j] = (a - b) * scale;
+          const T a = r0[j] + r1[j], b = r0[j] - r1[j], c = r2[j] + r3[j], d = r2[j] - r3[j];
+          r0[j] = (a + c) * scale;
+          r2[j] = (a - c) * scale;
+          r1[j] = (b + d) * scale;
+          r3[j] = (b - d) * scale;
         }
       } else {
-        const T* s_lo = signs + i;
-        const T* s_hi = signs + i + h;
+        const T* s0 = signs + i;
+        const T* s1 = signs + i + h;
+        const T* s2 = signs + i + 2 * h;
+        const T* s3 = signs + i + 3 * h;
         for (std::uint32_t j = 0; j < h; ++j) {
-          const T a = lo[j];
-          const T b = hi[j];
-          lo[j] = (a + b) * s_lo[j];
-          hi[j] = (a - b) * s_hi[j];
+          const T a = r0[j] + r1[j], b = r0[j] - r1[j], c = r2[j] + r3[j], d = r2[j] - r3[j];
+          r0[j] = (a + c) * s0[j];
+          r2[j] = (a - c) * s2[j];
+          r1[j] = (b + d) * s1[j];
+          r3[j] = (b - d) * s3[j];
         }
       }
+    }
+  }
+  if (2 * h == n) {  // one stage left (stride n/2), which is the last
+    T* __restrict lo = out;
+    T* __restrict hi = out + h;
+    for (std::uint32_t j = 0; j < h; ++j) {
+      const T a = lo[j];
+      const T b = hi[j];
+      lo[j] = (a + b) * last_factor<T, kForward>(signs, j, scale);
+      hi[j] = (a - b) * last_factor<T, kForward>(signs, j + h, scale);
     }
   }
 }
