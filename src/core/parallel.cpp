@@ -70,7 +70,9 @@ class Job {
   void wait() {
     std::unique_lock<std::mutex> lock(mu_);
     done_cv_.wait(lock, [&] { return done_ == num_chunks_; });
-    if (first_error_) std::rethrow_exception(first_error_);
+    // Take the exception out: a worker may drop the last reference to this Job later, and the exception
+    // object should live and die with the caller that handles it.
+    if (first_error_) std::rethrow_exception(std::exchange(first_error_, nullptr));
   }
 
  private:
