@@ -1,6 +1,6 @@
-// Row encoders / decoders for the DeepSeek-V4 cache storage types (layouts in storage.hpp). The scalar
-// codes are done by table lookup over every finite code so rounding is plainly nearest-even and
-// saturating; the block scale is the finest power of two that holds the block maximum.
+// Row encoders / decoders for the DeepSeek-V4 cache storage types (layouts in storage.hpp). Scalar codes
+// come from core/dtypes.hpp; the block scale is the finest power of two that holds the block maximum,
+// which is what makes re-encoding a row the model already rounded lossless.
 #include "kvcompact/dsv4/storage.hpp"
 
 #include <algorithm>
@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "kvcompact/core/assert.hpp"
+#include "kvcompact/core/dtypes.hpp"
 
 namespace kvcompact::dsv4 {
 
@@ -18,50 +19,13 @@ namespace {
 constexpr float kE4m3Max = 448.0f;
 constexpr float kE2m1Max = 6.0f;
 
-// Magnitudes of the 127 finite non-negative e4m3 codes (0x00..0x7E; 0x7F is NaN in e4m3fn), ascending.
-std::array<double, 127> make_e4m3_table() {
-  std::array<double, 127> t{};
-  for (int code = 0; code < 127; ++code) {
-    int exp = code >> 3;
-    int mant = code & 7;
-    t[static_cast<std::size_t>(code)] = exp == 0 ? std::ldexp(mant, -9) : std::ldexp(8 + mant, exp - 7 - 3);
-  }
-  return t;
-}
-const std::array<double, 127> kE4m3 = make_e4m3_table();
-constexpr std::array<double, 8> kE2m1 = {0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0};
-
-// Nearest code in an ascending magnitude table, ties to the even code (the one with mantissa bit 0).
-template <std::size_t N>
-std::uint8_t nearest_code(const std::array<double, N>& table, double magnitude) {
-  if (magnitude >= table[N - 1]) return static_cast<std::uint8_t>(N - 1);  // saturate
-  auto it = std::lower_bound(table.begin(), table.end(), magnitude);
-  std::size_t hi = static_cast<std::size_t>(it - table.begin());
-  if (table[hi] == magnitude || hi == 0) return static_cast<std::uint8_t>(hi);
-  std::size_t lo = hi - 1;
-  double dlo = magnitude - table[lo];
-  double dhi = table[hi] - magnitude;
-  if (dlo < dhi) return static_cast<std::uint8_t>(lo);
-  if (dhi < dlo) return static_cast<std::uint8_t>(hi);
-  return static_cast<std::uint8_t>((lo % 2 == 0) ? lo : hi);
-}
-
-std::uint8_t encode_e4m3_scaled(double x) {
-  std::uint8_t sign = std::signbit(x) ? 0x80 : 0x00;
-  return static_cast<std::uint8_t>(sign | nearest_code(kE4m3, std::fabs(x)));
-}
-double decode_e4m3(std::uint8_t code) {
-  double m = kE4m3[std::min<std::size_t>(code & 0x7F, 126)];
-  if ((code & 0x7F) == 0x7F) m = std::nan("");
-  return (code & 0x80) ? -m : m;
-}
-std::uint8_t encode_e2m1_scaled(double x) {
-  std::uint8_t sign = std::signbit(x) ? 0x8 : 0x0;
-  return static_cast<std::uint8_t>(sign | nearest_code(kE2m1, std::fabs(x)));
-}
-double decode_e2m1(std::uint8_t nibble) {
-  double m = kE2m1[nibble & 7];
-  return (nibble & 8) ? -m : m;
+// Scalar codes come from core/dtypes.hpp (round to nearest even, saturating); the block scale is
+// applied with ldexp, exact for a power of two.
+std::uint8_t encode_e4m3_scaled(float x, int scale_exp) { return f32_to_fp8_e4m3(std::ldexp(x, -scale_exp)); }
+float decode_e4m3_scaled(std::uint8_t code, int scale_exp) { return std::ldexp(fp8_e4m3_to_f32(code), scale_exp); }
+std::uint8_t encode_e2m1_scaled(float x, int scale_exp) { return f32_to_fp4_e2m1(std::ldexp(x, -scale_exp)); }
+float decode_e2m1_scaled(std::uint8_t nibble, int scale_exp) {
+  return std::ldexp(fp4_e2m1_to_f32(nibble), scale_exp);
 }
 
 // Exponent e (as ue8m0 byte e + 127) of the smallest 2^e with amax / 2^e <= max_code, clamped to the
@@ -75,26 +39,17 @@ std::uint8_t block_scale_byte(double amax, double max_code) {
   e = std::clamp(e, -127, 127);
   return static_cast<std::uint8_t>(e + 127);
 }
-double scale_of(std::uint8_t byte) {
-  if (byte == 255) return std::nan("");
-  return std::ldexp(1.0, static_cast<int>(byte) - 127);
-}
-
-std::uint16_t f32_to_bf16_bits(float x) {
-  std::uint32_t u = std::bit_cast<std::uint32_t>(x);
-  if (std::isnan(x)) return static_cast<std::uint16_t>((u >> 16) | 0x40);
-  u += 0x7FFFu + ((u >> 16) & 1u);
-  return static_cast<std::uint16_t>(u >> 16);
-}
-float bf16_bits_to_f32(std::uint16_t b) { return std::bit_cast<float>(static_cast<std::uint32_t>(b) << 16); }
+// ue8m0 byte -> exponent. 255 (NaN in ue8m0) is never written; a damaged byte 255 decodes as 2^128,
+// i.e. inf for non-zero codes, which stays well defined.
+int scale_exp(std::uint8_t byte) { return static_cast<int>(byte) - 127; }
 
 void put_bf16(std::uint8_t* p, float x) {
-  std::uint16_t b = f32_to_bf16_bits(x);
+  std::uint16_t b = f32_to_bf16(x);
   p[0] = static_cast<std::uint8_t>(b & 0xFF);
   p[1] = static_cast<std::uint8_t>(b >> 8);
 }
 float get_bf16(const std::uint8_t* p) {
-  return bf16_bits_to_f32(static_cast<std::uint16_t>(p[0] | (static_cast<std::uint16_t>(p[1]) << 8)));
+  return bf16_to_f32(static_cast<std::uint16_t>(p[0] | (static_cast<std::uint16_t>(p[1]) << 8)));
 }
 
 Status check_sizes(std::size_t floats, std::size_t want_floats, std::size_t bytes, std::size_t want_bytes,
@@ -159,9 +114,9 @@ Status encode_attention_row(std::span<const float> row, RowStorage storage, std:
   for (std::size_t b = 0; b < kFp8Blocks; ++b) {
     auto block = row.subspan(b * kFp8BlockDims, kFp8BlockDims);
     std::uint8_t sbyte = block_scale_byte(block_amax(block), kE4m3Max);
-    double scale = scale_of(sbyte);
+    const int e = scale_exp(sbyte);
     for (std::size_t i = 0; i < kFp8BlockDims; ++i) {
-      out[kFp8NopeOffset + b * kFp8BlockDims + i] = encode_e4m3_scaled(static_cast<double>(block[i]) / scale);
+      out[kFp8NopeOffset + b * kFp8BlockDims + i] = encode_e4m3_scaled(block[i], e);
     }
     out[kFp8ScaleOffset + b] = sbyte;
   }
@@ -177,10 +132,10 @@ Status decode_attention_row(std::span<const std::uint8_t> bytes, RowStorage stor
     return ok_status();
   }
   for (std::size_t b = 0; b < kFp8Blocks; ++b) {
-    double scale = scale_of(bytes[kFp8ScaleOffset + b]);
+    const int e = scale_exp(bytes[kFp8ScaleOffset + b]);
     for (std::size_t i = 0; i < kFp8BlockDims; ++i) {
       std::size_t d = b * kFp8BlockDims + i;
-      row[d] = static_cast<float>(decode_e4m3(bytes[kFp8NopeOffset + d]) * scale);
+      row[d] = decode_e4m3_scaled(bytes[kFp8NopeOffset + d], e);
     }
   }
   for (std::size_t k = 0; k < kRopeDims; ++k) row[kNopeDims + k] = get_bf16(&bytes[kFp8RopeOffset + 2 * k]);
@@ -196,11 +151,9 @@ Status encode_indexer_row(std::span<const float> row, IndexerStorage storage, st
       return ok_status();
     case IndexerStorage::Fp8: {
       std::uint8_t sbyte = block_scale_byte(block_amax(row), kE4m3Max);
-      double scale = scale_of(sbyte);
-      for (std::size_t i = 0; i < kIndexerHeadDim; ++i) {
-        out[i] = encode_e4m3_scaled(static_cast<double>(row[i]) / scale);
-      }
-      float fscale = static_cast<float>(scale);  // a power of two in [2^-127, 2^127]: exact as f32
+      const int e = scale_exp(sbyte);
+      for (std::size_t i = 0; i < kIndexerHeadDim; ++i) out[i] = encode_e4m3_scaled(row[i], e);
+      float fscale = std::ldexp(1.0f, e);  // a power of two in [2^-127, 2^127]: exact as f32
       std::uint32_t bits = std::bit_cast<std::uint32_t>(fscale);
       for (int k = 0; k < 4; ++k) out[kIndexerFp8ScaleOffset + k] = static_cast<std::uint8_t>(bits >> (8 * k));
       return ok_status();
@@ -210,10 +163,10 @@ Status encode_indexer_row(std::span<const float> row, IndexerStorage storage, st
       for (std::size_t b = 0; b < kFp4Blocks; ++b) {
         auto block = row.subspan(b * kFp4BlockDims, kFp4BlockDims);
         std::uint8_t sbyte = block_scale_byte(block_amax(block), kE2m1Max);
-        double scale = scale_of(sbyte);
+        const int e = scale_exp(sbyte);
         for (std::size_t i = 0; i < kFp4BlockDims; ++i) {
           std::size_t d = b * kFp4BlockDims + i;
-          std::uint8_t nibble = encode_e2m1_scaled(static_cast<double>(block[i]) / scale);
+          std::uint8_t nibble = encode_e2m1_scaled(block[i], e);
           out[d / 2] = static_cast<std::uint8_t>(out[d / 2] | (d % 2 == 0 ? nibble : nibble << 4));
         }
         out[kMxfp4ScaleOffset + b] = sbyte;
@@ -233,16 +186,16 @@ Status decode_indexer_row(std::span<const std::uint8_t> bytes, IndexerStorage st
     case IndexerStorage::Fp8: {
       std::uint32_t bits = 0;
       for (int k = 0; k < 4; ++k) bits |= static_cast<std::uint32_t>(bytes[kIndexerFp8ScaleOffset + k]) << (8 * k);
-      double scale = std::bit_cast<float>(bits);
-      for (std::size_t i = 0; i < kIndexerHeadDim; ++i) row[i] = static_cast<float>(decode_e4m3(bytes[i]) * scale);
+      const float scale = std::bit_cast<float>(bits);
+      for (std::size_t i = 0; i < kIndexerHeadDim; ++i) row[i] = fp8_e4m3_to_f32(bytes[i]) * scale;
       return ok_status();
     }
     case IndexerStorage::Mxfp4:
       for (std::size_t d = 0; d < kIndexerHeadDim; ++d) {
-        double scale = scale_of(bytes[kMxfp4ScaleOffset + d / kFp4BlockDims]);
+        const int e = scale_exp(bytes[kMxfp4ScaleOffset + d / kFp4BlockDims]);
         std::uint8_t byte = bytes[d / 2];
         std::uint8_t nibble = (d % 2 == 0) ? (byte & 0x0F) : (byte >> 4);
-        row[d] = static_cast<float>(decode_e2m1(nibble) * scale);
+        row[d] = decode_e2m1_scaled(nibble, e);
       }
       return ok_status();
   }
@@ -253,9 +206,9 @@ void simulate_fp8_attention_row(std::span<float> row512) {
   KVC_ASSERT(row512.size() == kHeadDim, "simulate_fp8_attention_row needs 512 dims");
   for (std::size_t b = 0; b < kFp8Blocks; ++b) {
     auto block = row512.subspan(b * kFp8BlockDims, kFp8BlockDims);
-    double scale = scale_of(block_scale_byte(block_amax(block), kE4m3Max));
+    const int e = scale_exp(block_scale_byte(block_amax(block), kE4m3Max));
     for (float& v : block) {
-      if (std::isfinite(v)) v = static_cast<float>(decode_e4m3(encode_e4m3_scaled(v / scale)) * scale);
+      if (std::isfinite(v)) v = decode_e4m3_scaled(encode_e4m3_scaled(v, e), e);
     }
   }
 }
@@ -264,9 +217,9 @@ void simulate_fp4_indexer_row(std::span<float> row128) {
   KVC_ASSERT(row128.size() == kIndexerHeadDim, "simulate_fp4_indexer_row needs 128 dims");
   for (std::size_t b = 0; b < kFp4Blocks; ++b) {
     auto block = row128.subspan(b * kFp4BlockDims, kFp4BlockDims);
-    double scale = scale_of(block_scale_byte(block_amax(block), kE2m1Max));
+    const int e = scale_exp(block_scale_byte(block_amax(block), kE2m1Max));
     for (float& v : block) {
-      if (std::isfinite(v)) v = static_cast<float>(decode_e2m1(encode_e2m1_scaled(v / scale)) * scale);
+      if (std::isfinite(v)) v = decode_e2m1_scaled(encode_e2m1_scaled(v, e), e);
     }
   }
 }
