@@ -49,7 +49,7 @@ class LayerRunner {
   // RoPE tables for the model's two regimes (rope_theta / compress_rope_theta with rope_scaling).
   explicit LayerRunner(const ModelConfig& model);
 
-  // Called between the stages of run_layer ("window", "compressor", "indexer", "attention"); an error
+  // Called between the stages of run_layer ("window", "compressor", "attention"); an error
   // aborts the layer (cancellation, or fault injection in tests). Once the layer has written to the
   // cache, an abort poisons it.
   std::function<Status(std::string_view stage)> stage_hook;
