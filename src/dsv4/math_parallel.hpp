@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 
 #if __has_include("kvcompact/core/parallel.hpp")
 #include "kvcompact/core/parallel.hpp"
@@ -15,7 +16,8 @@ template <typename Body>
 void math_parallel_for(std::size_t begin, std::size_t end, std::size_t grain, Body&& body) {
   if (begin >= end) return;
 #ifdef KVC_DSV4_HAVE_PARALLEL
-  ::kvcompact::parallel_for(begin, end, grain, body);
+  // std::ref keeps the std::function parameter from copying (and allocating for) a large lambda.
+  ::kvcompact::parallel_for(begin, end, grain, std::ref(body));
 #else
   (void)grain;
   body(begin, end);

@@ -44,6 +44,7 @@ struct LayerInputs {
   bool indexer_q_prepared = false;          // true: the caller already applied Hadamard + FP4 to q^I
 };
 
+// A runner owns reusable scratch: use one runner per thread (a cache is likewise driven by one thread).
 class LayerRunner {
  public:
   // RoPE tables for the model's two regimes (rope_theta / compress_rope_theta with rope_scaling).
