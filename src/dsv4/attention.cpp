@@ -20,6 +20,14 @@ std::vector<std::int64_t> window_positions(std::int64_t position) {
   return out;
 }
 
+std::size_t attention_row_count(std::uint32_t ratio, std::int64_t position, std::size_t index_topk) {
+  const std::size_t n = static_cast<std::size_t>(position) + 1;
+  const std::size_t window = std::min<std::size_t>(n, kSlidingWindow);
+  if (ratio == 0) return window;
+  if (ratio == 4) return window + std::min(index_topk, n / 4);
+  return window + n / ratio;
+}
+
 std::vector<double> sparse_attention_f64(std::span<const float> q, std::size_t heads,
                                          std::span<const float* const> rows, std::span<const float> sink,
                                          const RopeFrequencies* rope, std::int64_t position) {

@@ -272,6 +272,7 @@ Status LayerRunner::run_span(Deepseek4Cache& cache, std::uint32_t layer, std::ui
         }
       }
     }
+    KVC_ASSERT(rows_.size() == attention_row_count(m, static_cast<std::int64_t>(t), topk), "attention row count");
     RopeCosSin cs;
     rope_cos_sin(cs, rope, static_cast<std::int64_t>(t));
     float* o = out + k * heads * kD;

@@ -17,6 +17,11 @@ namespace kvcompact::dsv4 {
 // window positions max(0, t - 127) .. t, oldest first.
 std::vector<std::int64_t> window_positions(std::int64_t position);
 
+// Number of rows a token at `position` attends over (the "attention width"): min(t + 1, 128) window rows
+// plus min(index_topk, floor((t+1)/4)) for m = 4, floor((t+1)/128) for m = 128, 0 for m = 0.
+// E.g. 128 + 8192 = 8320 for m = 128 at t = 2^20 - 1.
+std::size_t attention_row_count(std::uint32_t ratio, std::int64_t position, std::size_t index_topk);
+
 // ---- float64 oracle ---------------------------------------------------------------------------------
 // out [heads, 512] from q [heads, 512], rows (n pointers to 512 floats), sink [heads]; the inverse RoPE
 // at `position` is applied when `rope` is non-null. With no rows the output is 0.

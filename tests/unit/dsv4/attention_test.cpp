@@ -26,11 +26,23 @@ TEST(DsvAttention, WindowPositions) {
   EXPECT_EQ(window_positions(127).front(), 0);
 }
 
+TEST(DsvAttention, RowCountIsTheAttentionWidth) {
+  EXPECT_EQ(attention_row_count(0, 0, 512), 1u);
+  EXPECT_EQ(attention_row_count(0, 5000, 512), 128u);
+  EXPECT_EQ(attention_row_count(4, 2, 512), 3u);
+  EXPECT_EQ(attention_row_count(4, 3, 512), 5u);  // the token completing group 0 sees its row
+  EXPECT_EQ(attention_row_count(4, (1 << 20) - 1, 512), 128u + 512u);
+  EXPECT_EQ(attention_row_count(4, 4095, 1024), 128u + 1024u);
+  EXPECT_EQ(attention_row_count(128, 126, 512), 127u);
+  EXPECT_EQ(attention_row_count(128, 127, 512), 129u);
+  EXPECT_EQ(attention_row_count(128, (1 << 20) - 1, 512), 8320u);  // the reference's HCA width at 1M
+}
+
 TEST(DsvAttention, FastMatchesOracle) {
   KVC_SEEDED(rng);
   const RopeFrequencies rope = make_rope_frequencies(rope_config_for_ratio(4));
   AttentionScratch scratch;
-  for (std::size_t heads : {1u, 3u, 8u, 13u, 64u}) {
+  for (std::size_t heads : {1u, 3u, 8u, 13u, 64u, 128u}) {
     for (std::size_t n : {1u, 7u, 128u, 129u, 600u}) {
       const std::vector<float> q = rng.normals(heads * 512, 1.0f);
       const std::vector<float> data = rng.normals(n * 512, 1.0f);
