@@ -138,14 +138,16 @@ Status migrate_into(const Deepseek4Cache& source, Deepseek4Cache& destination) {
     LayerBuffers& db = d.layers[i];
     std::vector<std::uint8_t> window = gather_window(s, i);
     scatter_window(d, i, window, s.position);
-    if (lp.ratio != 0) {
+    if (lp.ratio != 0 && s.position >= lp.ratio) {
       const std::uint64_t rows = s.position / lp.ratio;
       const std::uint64_t stride = lp.attention_row_bytes;
       const LayerPlan& dp = d.plan.layers[i];
       std::memcpy(db.attention.data() + dp.compressed_offset, sb.attention.data() + lp.compressed_offset,
                   rows * stride);
     }
-    if (lp.ratio == 4) std::memcpy(db.indexer.data(), sb.indexer.data(), (s.position / 4) * lp.indexer_row_bytes);
+    if (lp.ratio == 4 && s.position >= 4) {
+      std::memcpy(db.indexer.data(), sb.indexer.data(), (s.position / 4) * lp.indexer_row_bytes);
+    }
     db.kv_state = sb.kv_state;
     db.score_state = sb.score_state;
     db.indexer_kv_state = sb.indexer_kv_state;

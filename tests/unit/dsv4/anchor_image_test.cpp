@@ -37,7 +37,8 @@ std::vector<std::uint32_t> decode_tokens(Deepseek4Cache& cache, std::uint64_t to
 bool same_state(const Deepseek4Cache& a, const Deepseek4Cache& b) {
   for (std::uint32_t l = 0; l < a.num_layers(); ++l) {
     auto eq = [](ConstStateBuffer x, ConstStateBuffer y) {
-      return x.data.size() == y.data.size() && std::memcmp(x.data.data(), y.data.data(), x.data.size() * 4) == 0;
+      return x.data.size() == y.data.size() &&
+             (x.data.empty() || std::memcmp(x.data.data(), y.data.data(), x.data.size() * 4) == 0);
     };
     if (!eq(a.kv_state(l), b.kv_state(l)) || !eq(a.score_state(l), b.score_state(l)) ||
         !eq(a.indexer_kv_state(l), b.indexer_kv_state(l)) ||

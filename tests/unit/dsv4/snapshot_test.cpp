@@ -43,7 +43,8 @@ std::vector<std::vector<float>> all_states(const Deepseek4Cache& c) {
 bool same_floats(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
   if (a.size() != b.size()) return false;
   for (std::size_t i = 0; i < a.size(); ++i) {
-    if (a[i].size() != b[i].size() || std::memcmp(a[i].data(), b[i].data(), a[i].size() * 4) != 0) return false;
+    if (a[i].size() != b[i].size()) return false;
+    if (!a[i].empty() && std::memcmp(a[i].data(), b[i].data(), a[i].size() * 4) != 0) return false;
   }
   return true;
 }
