@@ -87,7 +87,7 @@ std::string format_eval_table(const EvalReport& r) {
                       rows);
   out += "\nAttention vs exact fp32 attention on the original KV (decode queries at the end of each context;\n"
          "rel err = ‖out − exact‖/‖exact‖ per query head; top-8 = overlap of the 8 most attended positions;\n"
-         "µs = one decode call, 1 row × all query heads; speedup = exact µs / fast µs)\n";
+         "us = best time of one decode call, 1 row × all query heads; speedup = exact us / fast us)\n";
   rows.clear();
   for (const EvalModeResult& m : r.modes) {
     for (const EvalContextResult& c : m.contexts) {

@@ -28,7 +28,7 @@ struct EvalOptions {
   std::uint64_t seed = 0;        // data and rotation seed
   std::uint32_t threads = 0;     // attention threads (0 = the pool's size)
   bool quick = false;            // smaller defaults for smoke tests
-  double min_timing_ms = 40.0;   // each timing repeats until this much time has passed (and ≥ 3 runs)
+  double min_timing_ms = 60.0;   // each timing pair repeats until this much time has passed (and ≥ 5 runs)
   std::function<void(std::string_view)> progress;  // one line per step, or empty
 };
 
@@ -38,8 +38,9 @@ struct EvalContextResult {
   double rel_error_mean = 0.0;  // mean over (query row, head) of ‖out − exact‖ / ‖exact‖
   double rel_error_max = 0.0;
   double top8_overlap = 0.0;    // mean |top-8 positions by quantised logits ∩ by exact logits| / 8
-  double fast_us = 0.0;         // one decode attention call (1 row per sequence), fast packed path
-  double exact_us = 0.0;        // the same call, exact fp32 attention over the original f32 KV
+  // Best time of one decode call (1 row at the last position, all query heads), timed alternately:
+  double fast_us = 0.0;         // the fast packed path
+  double exact_us = 0.0;        // exact fp32 attention over the original f32 KV, same threads
   double speedup = 0.0;         // exact_us / fast_us (> 1: the packed path is faster)
 };
 
