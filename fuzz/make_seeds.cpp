@@ -1,0 +1,68 @@
+// Writes small valid inputs for each fuzz target into DIR/<target>/, so the fuzzers start from real
+// blobs and images (a checksum is hard to guess) and mutate past the header checks. Run by .ci/run.
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kvcompact/tq/snapshot_blob.hpp"
+
+namespace {
+
+void write_file(const std::filesystem::path& path, const std::vector<std::uint8_t>& bytes) {
+  std::ofstream out(path, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+}
+
+// One small cache per mode; its layer-1 blobs (KVCB, and TQK1 / TQV1 for the seed preset).
+int write_layer_blob_seeds(const std::filesystem::path& dir) {
+  using namespace kvcompact::tq;
+  std::filesystem::create_directories(dir);
+  std::mt19937 rng(1);
+  std::normal_distribution<float> normal;
+  int index = 0;
+  for (const char* mode : {"seed", "k=mse4,v=mse3,nc,w=4", "k=prod5,v=mse4"}) {
+    for (std::uint32_t head_dim : {16u, 48u}) {
+      auto config = QuantConfig::parse(mode, 7).value();
+      CacheShape shape;
+      shape.head_dim = head_dim;
+      shape.kv_heads = {0, 1};
+      shape.capacity = 8;
+      auto cache = TurboQuantCache::create(shape, config);
+      if (!cache.ok()) return 1;
+      std::vector<float> rows(6 * head_dim);
+      for (auto& x : rows) x = normal(rng);
+      if (!cache->append(1, 0, 0, 6, kvcompact::DType::F32, rows.data(), rows.data()).ok()) return 1;
+      auto blobs = snapshot_layer_blobs(*cache, 1, 0);
+      if (!blobs.ok()) return 1;
+      write_file(dir / ("kvcb_k_" + std::to_string(index)), blobs->keys);
+      write_file(dir / ("kvcb_v_" + std::to_string(index)), blobs->values);
+      if (std::string(mode) == "seed") {
+        auto snapshot = cache->snapshot(1, 0).value();
+        write_file(dir / ("tqk1_" + std::to_string(index)),
+                   encode_seed_blob(snapshot_to_blob(snapshot, BlobKind::Keys).value()).value());
+        write_file(dir / ("tqv1_" + std::to_string(index)),
+                   encode_seed_blob(snapshot_to_blob(snapshot, BlobKind::Values).value()).value());
+      }
+      ++index;
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: %s DIR\n", argv[0]);
+    return 2;
+  }
+  const std::filesystem::path root(argv[1]);
+  if (write_layer_blob_seeds(root / "kvcompact_layer_blob_fuzz") != 0) {
+    std::fprintf(stderr, "make_seeds: could not build the layer blob seeds\n");
+    return 1;
+  }
+  return 0;
+}
