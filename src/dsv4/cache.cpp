@@ -88,17 +88,16 @@ Status check_accounting(const CachePlan& plan, std::span<const std::uint64_t> al
   return ok_status();
 }
 
-Result<Deepseek4Cache> Deepseek4Cache::create(const CachePlan& plan) {
-  if (plan.layers.size() != plan.model.num_hidden_layers || plan.context == 0) {
-    return make_error(ErrorCode::InvalidArgument, "plan with {} layers for a {}-layer model and context {}",
-                      plan.layers.size(), plan.model.num_hidden_layers, plan.context);
-  }
+Result<Deepseek4Cache> Deepseek4Cache::create(const CachePlan& given) {
+  // Buffers are sized from a plan re-derived from the given one's model, context and storage, so a
+  // hand-edited plan can never make a view reach past its buffer; the accounting check below then
+  // compares the real allocations with the plan the caller passed in.
+  KVC_ASSIGN_OR_RETURN(CachePlan plan, plan_cache(given.model, given.context, given.storage));
   if (plan.total_bytes > std::numeric_limits<std::size_t>::max() / 2) {
     return make_error(ErrorCode::CapacityExceeded, "plan of {} bytes does not fit this host's address space",
                       plan.total_bytes);
   }
   auto impl = std::make_unique<Impl>();
-  impl->plan = plan;
   impl->id = next_cache_id();
   try {
     impl->layers.resize(plan.layers.size());
@@ -121,7 +120,8 @@ Result<Deepseek4Cache> Deepseek4Cache::create(const CachePlan& plan) {
   std::vector<std::uint64_t> counted;
   counted.reserve(impl->layers.size());
   for (const LayerBuffers& b : impl->layers) counted.push_back(layer_allocated_bytes(b));
-  KVC_TRY(check_accounting(plan, counted));
+  KVC_TRY(check_accounting(given, counted));
+  impl->plan = std::move(plan);
   return Deepseek4Cache(std::move(impl));
 }
 

@@ -69,8 +69,10 @@ Status check_accounting(const CachePlan& plan, std::span<const std::uint64_t> al
 
 class Deepseek4Cache {
  public:
-  // Allocates every buffer of the plan (zeroed rows, kv states 0, score states -inf) and checks the
-  // allocation against the plan. CapacityExceeded when the host cannot allocate it.
+  // Allocates every buffer of the plan (zeroed rows, kv states 0, score states -inf) and counts the
+  // real allocations against the plan: Accounting when they differ (e.g. a hand-edited plan), the plan's
+  // own errors for a bad model / context, CapacityExceeded when the host cannot allocate it.
+  // One thread drives a cache at a time; a moved-from cache may only be destroyed or assigned to.
   static Result<Deepseek4Cache> create(const CachePlan& plan);
   static Result<Deepseek4Cache> create(const ModelConfig& model, std::uint64_t context, StorageConfig storage = {});
 

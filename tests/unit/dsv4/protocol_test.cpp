@@ -71,6 +71,16 @@ TEST(Dsv4Protocol, AccountingMismatchIsTyped) {
 }
 
 TEST(Dsv4Protocol, CreateRejectsBadPlans) {
+  auto plan = plan_cache(tiny_model(), 300);
+  ASSERT_TRUE(plan.ok());
+  CachePlan edited = *plan;
+  edited.layers[1].compressed_bytes += 1024;  // a hand-edited plan: views would overrun
+  edited.layers[1].resident_bytes += 1024;
+  edited.total_bytes += 1024;
+  auto bad = Deepseek4Cache::create(edited);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().code, ErrorCode::Accounting);
+  EXPECT_TRUE(Deepseek4Cache::create(*plan).ok());
   EXPECT_EQ(Deepseek4Cache::create(tiny_model(), 0).error().code, ErrorCode::EmptyContext);
   EXPECT_EQ(Deepseek4Cache::create(tiny_model(100), 101).error().code, ErrorCode::ContextBound);
 }
