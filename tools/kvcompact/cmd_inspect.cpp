@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "command.hpp"
+#include "kvcompact/dsv4/anchor_image.hpp"
 #include "kvcompact/tq/blob.hpp"
 
 namespace kvcompact::cli {
@@ -29,8 +30,17 @@ int run_inspect(const InspectOptions& options) {
   if (tq::is_layer_blob(bytes) || tq::is_seed_blob(bytes)) {
     std::fputs(tq::describe_blob(bytes).c_str(), stdout);
     ok = tq::is_layer_blob(bytes) ? tq::decode_layer_blob(bytes).ok() : tq::decode_seed_blob(bytes, 0, 0).ok();
+  } else if (dsv4::looks_like_anchor_image(bytes)) {
+    auto text = dsv4::describe_anchor_image(bytes);
+    if (text.ok()) {
+      std::fputs(text->c_str(), stdout);
+    } else {
+      std::printf("verification      FAILED: %s\n", text.error().to_string().c_str());
+    }
+    ok = dsv4::decode_anchor_image(bytes).ok();
   } else {
-    std::printf("format            unknown: %zu bytes without a KVCB, TQK1 or TQV1 magic\n", bytes.size());
+    std::printf("format            unknown: %zu bytes without a KVCB, TQK1, TQV1 or anchor-image magic\n",
+                bytes.size());
   }
   return ok ? 0 : 1;
 }
