@@ -1,8 +1,9 @@
 // libFuzzer target: decodes arbitrary bytes as a DeepSeek-V4 anchor image (and describes it, as
 // `kvcompact inspect` does); it must never crash or read out of bounds, only return typed errors.
-// Inputs with an odd first byte are instead edit scripts applied to a valid built-in image (byte flips,
-// truncation, appends, optionally resealing the checksum) that is then hydrated into a cache of the
-// same model, so mutations reach the checks behind the magic, the counts and the checksum.
+// Inputs with an odd first byte (and no image magic, so seed images stay images) are instead edit
+// scripts applied to a valid built-in image (byte flips, truncation, appends, optionally resealing the
+// checksum) that is then hydrated into a cache of the same model, so mutations reach the checks behind
+// the magic, the counts and the checksum.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -84,7 +85,8 @@ void hydrate(std::span<const std::uint8_t> bytes, std::uint64_t context) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  if (size > 0 && (data[0] & 1) != 0) {
+  const bool looks_like_image = looks_like_anchor_image(std::span<const std::uint8_t>(data, size));
+  if (size > 0 && (data[0] & 1) != 0 && !looks_like_image) {
     std::vector<std::uint8_t> bytes = base_image();
     const std::size_t header_region = 8192;  // headers, ledger and the first layers' rows
     for (std::size_t at = 1; at + 4 <= size; at += 4) {
