@@ -273,12 +273,13 @@ Result<ModelConfig> parse_config_json(std::string_view json_text, std::string na
                       ratios->dump());
   }
   for (std::size_t i = 0; i < ratios->size(); ++i) {
-    const Json& v = (*ratios)[i];
-    if (!v.is_number_unsigned() || v.get<std::uint64_t>() > std::numeric_limits<std::uint32_t>::max()) {
+    const Json item = {{"ratio", (*ratios)[i]}};
+    auto m = read_u32(item, "ratio");
+    if (!m.ok()) {
       return make_error(ErrorCode::MalformedConfig, "compress_ratios[{}] must be a non-negative integer, got {}", i,
-                        v.dump());
+                        (*ratios)[i].dump());
     }
-    c.compress_ratios.push_back(v.get<std::uint32_t>());
+    c.compress_ratios.push_back(*m);
   }
   // The trailing MTP layer(s) are served by a separate window-only cache: drop them when the file lists
   // them after the main layers.

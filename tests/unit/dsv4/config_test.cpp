@@ -158,6 +158,8 @@ TEST(Dsv4Config, JsonEdgeCases) {
   EXPECT_EQ(parse_config_json("[1, 2]").error().code, ErrorCode::MalformedConfig);
   // Integral floats are accepted for integer fields.
   EXPECT_TRUE(replace("\"sliding_window\": 128", "\"sliding_window\": 128.0").ok());
+  EXPECT_EQ(replace("\"compress_ratios\": [", "\"compress_ratios\": [4.5,").error().code, ErrorCode::MalformedConfig);
+  EXPECT_EQ(replace("\"compress_ratios\": [", "\"compress_ratios\": [\"4\",").error().code, ErrorCode::MalformedConfig);
   // A different YaRN factor is a different model.
   auto other = replace("\"factor\": 16", "\"factor\": 8");
   ASSERT_TRUE(other.ok());
