@@ -302,7 +302,7 @@ Result<LayerSnapshot> TurboQuantCache::snapshot(std::uint32_t layer, std::uint32
   // Each region's bytes of this sequence are contiguous per head (slots of a head are consecutive).
   auto copy_region = [&](std::uint64_t offset, std::uint32_t bytes_per_token, std::vector<std::uint8_t>& out) {
     out.resize(static_cast<std::size_t>(l.kv_heads) * length * bytes_per_token);
-    if (bytes_per_token == 0) return;
+    if (out.empty()) return;  // memcpy may not see the null data() of an empty vector
     for (std::uint32_t h = 0; h < l.kv_heads; ++h) {
       std::memcpy(out.data() + static_cast<std::size_t>(h) * length * bytes_per_token,
                   l.data.get() + offset + lay.slot(seq, h, 0) * bytes_per_token,
@@ -422,7 +422,7 @@ Status TurboQuantCache::restore(std::uint32_t layer, std::uint32_t seq, const La
 
   // All checks passed: copy in.
   for (const RegionCheck& r : regions) {
-    if (r.per_token == 0) continue;
+    if (r.per_token == 0 || length == 0) continue;
     for (std::uint32_t h = 0; h < l.kv_heads; ++h) {
       std::memcpy(l.region(r.offset) + lay.slot(seq, h, 0) * r.per_token,
                   r.bytes->data() + static_cast<std::size_t>(h) * length * r.per_token,
