@@ -81,13 +81,15 @@ TEST(DsvEquivalence, PrefillChunksEqualDecodeFp8) { check_chunkings(StorageConfi
 
 TEST(DsvEquivalence, Prefill4096EqualsDecode) {
   KVC_SEEDED(rng);
+  // One ratio-4 layer (overlapping compressor, indexer with 1024 visible rows at the end, top-k 16) and one
+  // head keep 4096 decode steps fast; ratio 128 across several groups is covered by the 300-token tests.
   const std::size_t n = 4096;
-  Harness s(rng, {4, 128}, 1, 1, 16, n);
+  Harness s(rng, {4}, 1, 1, 16, n);
   Deepseek4Cache ref = s.cache(n);
-  Outputs ref_out(2, n, 1);
+  Outputs ref_out(1, n, 1);
   ASSERT_OK(run_decode(s.runner, ref, s.model, s.stream, ref_out, 0, n));
   Deepseek4Cache one = s.cache(n);
-  Outputs out(2, n, 1);
+  Outputs out(1, n, 1);
   ASSERT_OK(run_chunks(s.runner, one, s.model, s.stream, out, 0, n, {4096}));
   EXPECT_TRUE(dump_valid(one) == dump_valid(ref));
   EXPECT_TRUE(same_outputs(out, ref_out, 0, n));
