@@ -1,0 +1,210 @@
+// CUDA TurboQuant benchmark: fused decode attention with Llama-3-8B heads (32 query / 8 KV heads, d 128) at
+// batch {1, 8, 32, 64} × context {4K, 32K, 128K} for the recommended and the seed mode, encode throughput,
+// and the device-to-device copy bandwidth of the same run (the roofline). Prints a table and writes CSV
+// (--csv FILE). Each case rotates over enough buffer copies that the data cannot sit in L2; times are the
+// median of CUDA-event-timed single launches after warm-up. scripts/gpu/run_all.sh runs it with the bf16
+// SDPA baseline.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "fill.hpp"
+#include "kvcompact/cuda/runtime.hpp"
+#include "kvcompact/cuda/tq.hpp"
+#include "kvcompact/tq/codec.hpp"
+#include "kvcompact/tq/config.hpp"
+#include "kvcompact/tq/layout.hpp"
+
+namespace {
+
+using namespace kvcompact;
+
+#define BENCH_CHECK(expr)                                                                  \
+  do {                                                                                     \
+    const auto bench_r_ = (expr);                                                          \
+    if (!bench_r_.ok()) {                                                                  \
+      std::fprintf(stderr, "%s failed: %s\n", #expr, bench_r_.error().to_string().c_str()); \
+      std::exit(1);                                                                        \
+    }                                                                                      \
+  } while (0)
+#define CUDA_CHECK(expr)                                                                          \
+  do {                                                                                            \
+    const cudaError_t bench_e_ = (expr);                                                          \
+    if (bench_e_ != cudaSuccess) {                                                                \
+      std::fprintf(stderr, "%s failed: %s\n", #expr, cudaGetErrorString(bench_e_));               \
+      std::exit(1);                                                                               \
+    }                                                                                             \
+  } while (0)
+
+template <typename T>
+T take(Result<T>&& r, const char* what) {
+  if (!r.ok()) {
+    std::fprintf(stderr, "%s failed: %s\n", what, r.error().to_string().c_str());
+    std::exit(1);
+  }
+  return std::move(r).value();
+}
+
+template <typename F>
+double median_us(int warmup, int iters, F&& body) {
+  cudaEvent_t a, b;
+  CUDA_CHECK(cudaEventCreate(&a));
+  CUDA_CHECK(cudaEventCreate(&b));
+  for (int i = 0; i < warmup; ++i) body(i);
+  CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<double> t;
+  for (int i = 0; i < iters; ++i) {
+    CUDA_CHECK(cudaEventRecord(a));
+    body(warmup + i);
+    CUDA_CHECK(cudaEventRecord(b));
+    CUDA_CHECK(cudaEventSynchronize(b));
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+    t.push_back(ms * 1000.0);
+  }
+  CUDA_CHECK(cudaEventDestroy(a));
+  CUDA_CHECK(cudaEventDestroy(b));
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+bench::FillRegions regions_of(const tq::LayerLayout& l) {
+  const std::uint64_t slots = std::uint64_t{l.sequences} * l.kv_heads * l.capacity;
+  bench::FillRegions r{};
+  r.bytes_offset[0] = l.key_codes_offset;
+  r.bytes_count[0] = slots * l.token.key_codes;
+  r.bytes_offset[1] = l.key_signs_offset;
+  r.bytes_count[1] = slots * l.token.key_signs;
+  r.bytes_offset[2] = l.value_codes_offset;
+  r.bytes_count[2] = slots * l.token.value_codes;
+  r.f32_offset[0] = l.key_norms_offset;
+  r.f32_count[0] = slots;
+  r.f32_offset[1] = l.value_norms_offset;
+  r.f32_count[1] = slots;
+  r.f16_offset = l.key_residual_norms_offset;
+  r.f16_count = l.token.key_residual_norm != 0 ? slots : 0;
+  return r;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string csv_path;
+  bool quick = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--csv") == 0 && i + 1 < argc) csv_path = argv[++i];
+    if (std::strcmp(argv[i], "--quick") == 0) quick = true;
+  }
+  if (cuda::device_count() == 0) {
+    std::fprintf(stderr, "no CUDA device\n");
+    return 1;
+  }
+  const auto props = take(cuda::device_properties(0), "device_properties");
+  std::printf("device: %s, %d SMs, %.1f GiB, L2 %.0f MiB\n", props.name.c_str(), props.multiprocessors,
+              props.global_memory / 1073741824.0, props.l2_bytes / 1048576.0);
+  FILE* csv = csv_path.empty() ? nullptr : std::fopen(csv_path.c_str(), "w");
+  if (csv != nullptr) std::fprintf(csv, "kind,mode,batch,context,us,bytes,gbps,bf16_bytes,splits\n");
+
+  // Roofline: device-to-device copy of 4 GiB, counting bytes read + written.
+  double copy_gbps = 0.0;
+  {
+    const std::uint64_t n = 4ull << 30;
+    auto src = take(cuda::DeviceBuffer::allocate(n), "allocate copy src");
+    auto dst = take(cuda::DeviceBuffer::allocate(n), "allocate copy dst");
+    BENCH_CHECK(src.fill(1));
+    const double us = median_us(2, 10, [&](int) { CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), n, cudaMemcpyDeviceToDevice)); });
+    copy_gbps = 2.0 * n / (us * 1e3);
+    std::printf("copy bandwidth (read+write): %.0f GB/s\n", copy_gbps);
+    if (csv != nullptr) std::fprintf(csv, "copy,-,-,-,%.3f,%llu,%.1f,0,0\n", us, static_cast<unsigned long long>(2 * n), copy_gbps);
+  }
+
+  const std::uint32_t head_dim = 128, kv_heads = 8, q_heads = 32;
+  struct Mode { const char* name; tq::QuantConfig config; };
+  const Mode modes[] = {{"recommended", tq::QuantConfig::recommended(1)}, {"seed", tq::QuantConfig::seed_system(1)}};
+  std::vector<std::uint32_t> batches = {1, 8, 32, 64};
+  std::vector<std::uint32_t> contexts = {4096, 32768, 131072};
+  if (quick) {
+    batches = {1, 8};
+    contexts = {4096, 32768};
+  }
+  std::printf("\n%-12s %5s %7s %5s %10s %12s %9s %7s\n", "mode", "batch", "context", "split", "us", "bytes", "GB/s", "%copy");
+  for (const Mode& mode : modes) {
+    auto codec = take(tq::LayerCodec::create(head_dim, mode.config, 0), "LayerCodec::create");
+    auto dcodec = take(cuda::tq::DeviceCodec::create(codec), "DeviceCodec::create");
+    for (std::uint32_t batch : batches) {
+      for (std::uint32_t ctx : contexts) {
+        auto layout = take(tq::plan_layer_layout(head_dim, kv_heads, batch, ctx, mode.config), "plan_layer_layout");
+        const std::uint64_t layer_bytes = cuda::tq::layer_buffer_bytes(layout);
+        const std::uint64_t copies = std::clamp<std::uint64_t>((512ull << 20) / layer_bytes + 1, 1, 128);
+        std::vector<cuda::DeviceBuffer> layers;
+        for (std::uint64_t c = 0; c < copies; ++c) {
+          layers.push_back(take(cuda::DeviceBuffer::allocate(layer_bytes), "allocate layer"));
+          CUDA_CHECK(static_cast<cudaError_t>(bench::fill_layer_random(layers.back().data(), regions_of(layout), 1000 + c)));
+        }
+        std::vector<std::uint32_t> lengths(batch, ctx);
+        auto dlen = take(cuda::DeviceBuffer::allocate(4ull * batch), "allocate lengths");
+        BENCH_CHECK(dlen.upload(lengths.data(), 4ull * batch));
+        std::vector<float> q(std::size_t{batch} * q_heads * head_dim);
+        std::mt19937 rng(7);
+        std::normal_distribution<float> normal(0.0f, 1.0f);
+        for (float& x : q) x = normal(rng);
+        auto dq = take(cuda::DeviceBuffer::allocate(q.size() * 4), "allocate queries");
+        BENCH_CHECK(dq.upload(q.data(), q.size() * 4));
+        auto dout = take(cuda::DeviceBuffer::allocate(q.size() * 4), "allocate output");
+        auto plan = take(cuda::tq::plan_decode(layout, mode.config, q_heads, ctx, props.multiprocessors), "plan_decode");
+        auto ws = take(cuda::DeviceBuffer::allocate(plan.workspace_bytes), "allocate workspace");
+        cuda::tq::DecodeArgs args;
+        args.queries = static_cast<const float*>(dq.data());
+        args.lengths = static_cast<const std::uint32_t*>(dlen.data());
+        args.output = static_cast<float*>(dout.data());
+        const double us = median_us(3, 30, [&](int i) {
+          BENCH_CHECK(cuda::tq::decode_attention(plan, dcodec, layers[i % copies].data(), args, ws.data()));
+        });
+        const std::uint64_t tokens = std::uint64_t{batch} * kv_heads * ctx;
+        const std::uint64_t bytes = tokens * layout.token.total();
+        const std::uint64_t bf16_bytes = tokens * head_dim * 2 * 2;
+        const double gbps = bytes / (us * 1e3);
+        std::printf("%-12s %5u %7u %5u %10.1f %12llu %9.0f %6.1f%%\n", mode.name, batch, ctx, plan.splits, us,
+                    static_cast<unsigned long long>(bytes), gbps, 100.0 * gbps / copy_gbps);
+        if (csv != nullptr) {
+          std::fprintf(csv, "decode,%s,%u,%u,%.3f,%llu,%.1f,%llu,%u\n", mode.name, batch, ctx, us,
+                       static_cast<unsigned long long>(bytes), gbps, static_cast<unsigned long long>(bf16_bytes),
+                       plan.splits);
+          std::fflush(csv);
+        }
+      }
+    }
+    // Encode: 32768 tokens × 8 KV heads of bf16 keys and values (one prefill of a Llama-3-8B layer).
+    {
+      const std::uint32_t rows = quick ? 4096 : 32768;
+      auto layout = take(tq::plan_layer_layout(head_dim, kv_heads, 1, rows, mode.config), "plan_layer_layout");
+      auto layer = take(cuda::DeviceBuffer::allocate(cuda::tq::layer_buffer_bytes(layout)), "allocate layer");
+      const std::uint64_t count = std::uint64_t{rows} * kv_heads * head_dim;
+      auto k = take(cuda::DeviceBuffer::allocate(count * 2), "allocate keys");
+      auto v = take(cuda::DeviceBuffer::allocate(count * 2), "allocate values");
+      CUDA_CHECK(static_cast<cudaError_t>(bench::fill_bf16_random(k.data(), count, 1)));
+      CUDA_CHECK(static_cast<cudaError_t>(bench::fill_bf16_random(v.data(), count, 2)));
+      cuda::tq::EncodeRequest req;
+      req.rows = rows;
+      req.dtype = DType::BF16;
+      req.keys = k.data();
+      req.values = v.data();
+      const double us = median_us(2, 10, [&](int) { BENCH_CHECK(cuda::tq::encode_append(layout, dcodec, layer.data(), req)); });
+      const std::uint64_t bytes = count * 2 * 2 + std::uint64_t{rows} * kv_heads * layout.token.total();
+      const double gbps = bytes / (us * 1e3);
+      std::printf("%-12s encode %u tokens x %u heads: %.1f us, %.0f GB/s (%.1f%% of copy)\n", mode.name, rows, kv_heads,
+                  us, gbps, 100.0 * gbps / copy_gbps);
+      if (csv != nullptr) {
+        std::fprintf(csv, "encode,%s,1,%u,%.3f,%llu,%.1f,%llu,0\n", mode.name, rows, us,
+                     static_cast<unsigned long long>(bytes), gbps, static_cast<unsigned long long>(count * 4));
+      }
+    }
+  }
+  if (csv != nullptr) std::fclose(csv);
+  return 0;
+}

@@ -1,0 +1,59 @@
+// CUDA runtime helpers of the kvcompact CUDA backend: device discovery, an owning device buffer with
+// checked allocation, and explicit synchronisation. No CUDA header is included here, so CPU-only code can
+// include it; streams are passed as opaque `void*` (a cudaStream_t, null = the default stream).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "kvcompact/core/error.hpp"
+
+namespace kvcompact::cuda {
+
+// Number of CUDA devices; 0 when there is no device or no driver (never an error, so tests can skip).
+int device_count();
+
+struct DeviceProperties {
+  std::string name;
+  int multiprocessors = 0;
+  int compute_major = 0;
+  int compute_minor = 0;
+  std::uint64_t global_memory = 0;
+  std::uint64_t l2_bytes = 0;
+  std::uint64_t shared_memory_per_block_optin = 0;
+};
+Result<DeviceProperties> device_properties(int device = 0);
+
+// Owning, move-only device allocation (cudaMalloc). Allocation failures and every copy are checked and
+// returned as errors naming the CUDA call.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  static Result<DeviceBuffer> allocate(std::uint64_t bytes);
+  DeviceBuffer(DeviceBuffer&& other) noexcept;
+  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer();
+
+  void* data() { return ptr_; }
+  const void* data() const { return ptr_; }
+  std::uint64_t size() const { return bytes_; }
+
+  // Synchronous host <-> device copies of `bytes` at byte `offset` (range-checked).
+  Status upload(const void* src, std::uint64_t bytes, std::uint64_t offset = 0);
+  Status download(void* dst, std::uint64_t bytes, std::uint64_t offset = 0) const;
+  // Sets every byte (synchronous).
+  Status fill(std::uint8_t byte);
+
+ private:
+  void* ptr_ = nullptr;
+  std::uint64_t bytes_ = 0;
+};
+
+// cudaDeviceSynchronize, with any asynchronous kernel error mapped to an Error.
+Status synchronize();
+// cudaStreamSynchronize on an opaque stream (null = default stream).
+Status synchronize(void* stream);
+
+}  // namespace kvcompact::cuda

@@ -1,0 +1,90 @@
+// The CUDA backend of the TurboQuant cache: device copies of a layer's codec tables, the encode kernel
+// (f32 / bf16 / f16 rows -> the packed layer layout of tq::plan_layer_layout) and fused split-K decode
+// attention with a plan / run split. docs/cuda.md describes the kernels; no CUDA header is included here.
+#pragma once
+
+#include <cstdint>
+
+#include "kvcompact/core/dtypes.hpp"
+#include "kvcompact/core/error.hpp"
+#include "kvcompact/cuda/runtime.hpp"
+#include "kvcompact/tq/codec.hpp"
+#include "kvcompact/tq/layout.hpp"
+
+namespace kvcompact::cuda::tq {
+
+using kvcompact::tq::LayerCodec;
+using kvcompact::tq::LayerLayout;
+
+// Documented scratch of a device layer buffer: the decode kernel copies 16-byte chunks that cover each
+// region's first and last token, so a layer buffer must extend this many bytes past layout.total_bytes.
+inline constexpr std::uint64_t kLayerBufferSlack = 256;
+inline std::uint64_t layer_buffer_bytes(const LayerLayout& layout) { return layout.total_bytes + kLayerBufferSlack; }
+
+// Bits of the encode status word (EncodeRequest::status): set by the kernel, never cleared by it.
+inline constexpr std::uint32_t kEncodeNonFinite = 1u;      // a NaN / inf input coordinate (its record is zeroed)
+inline constexpr std::uint32_t kEncodeNormOverflow = 2u;   // a norm beyond float32 (its record is zeroed)
+
+// One layer's rotation signs and scales (main and QJL streams), codebooks and flags, on the device.
+class DeviceCodec {
+ public:
+  static Result<DeviceCodec> create(const LayerCodec& codec);
+  const void* tables() const { return buffer_.data(); }
+  std::uint32_t head_dim() const { return head_dim_; }
+  const kvcompact::tq::QuantConfig& config() const { return config_; }
+
+ private:
+  DeviceBuffer buffer_;
+  std::uint32_t head_dim_ = 0;
+  kvcompact::tq::QuantConfig config_{};
+};
+
+// Appends `rows` tokens at `position` of sequence `seq`: keys / values are device arrays
+// [rows, kv_heads, head_dim] of `dtype` (F32, BF16, F16). Every token is quantised; with an exact window
+// the f32 row also goes to ring slot position mod W. The bytes equal LayerCodec::encode_key / encode_value
+// (up to float64 summation order in the norms, see docs/cuda.md).
+struct EncodeRequest {
+  std::uint32_t seq = 0;
+  std::uint32_t position = 0;
+  std::uint32_t rows = 0;
+  DType dtype = DType::F32;
+  const void* keys = nullptr;
+  const void* values = nullptr;
+  std::uint32_t* status = nullptr;  // optional device word; kEncode* bits are OR-ed into it
+};
+Status encode_append(const LayerLayout& layout, const DeviceCodec& codec, void* layer_data,
+                     const EncodeRequest& request, void* stream = nullptr);
+
+// Decode attention plan: fixed per batch shape (sequences of the layout, q_heads, an upper bound on the
+// length). It chooses the split over the sequence and sizes the workspace; decode_attention then does
+// no allocation and can be captured in a CUDA graph.
+struct DecodePlan {
+  LayerLayout layout{};
+  kvcompact::tq::QuantConfig config{};
+  std::uint32_t q_heads = 0;
+  std::uint32_t max_length = 0;
+  std::uint32_t chunk = 0;   // tokens per split (a multiple of 64)
+  std::uint32_t splits = 0;  // quantised splits per (sequence, KV head); one more partial holds the exact window
+  std::uint64_t workspace_bytes = 0;
+};
+// multiprocessors: of the device that will run it (device_properties().multiprocessors).
+Result<DecodePlan> plan_decode(const LayerLayout& layout, const kvcompact::tq::QuantConfig& config,
+                               std::uint32_t q_heads, std::uint32_t max_length, int multiprocessors);
+
+// One query row per sequence: the query of position lengths[seq] − 1, which sees positions
+// [0, lengths[seq]) (the newest token included). Sequences with length 0 get a zero output.
+struct DecodeArgs {
+  const float* queries = nullptr;             // device [sequences, q_heads, head_dim]
+  const std::uint32_t* lengths = nullptr;     // device [sequences], each ≤ plan.max_length and ≤ capacity
+  const std::uint32_t* window_begins = nullptr;  // device [sequences]; may be null without an exact window
+  const float* sinks = nullptr;               // device [q_heads] sink logits, or null
+  float scale = 0.0f;                         // softmax scale; 0 = 1/√head_dim
+  float* output = nullptr;                    // device [sequences, q_heads, head_dim]
+};
+Status decode_attention(const DecodePlan& plan, const DeviceCodec& codec, const void* layer_data,
+                        const DecodeArgs& args, void* workspace, void* stream = nullptr);
+
+// True when decode_attention has a kernel for this head_dim and mode (docs/cuda.md lists them).
+bool decode_supported(std::uint32_t head_dim, const kvcompact::tq::QuantConfig& config);
+
+}  // namespace kvcompact::cuda::tq

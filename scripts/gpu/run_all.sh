@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# One run on the GPU machine: configure + build the CUDA backend, run the GPU tests, compute-sanitizer
+# memcheck and racecheck on a small filter, the kvcompact CUDA benchmark, the torch SDPA bf16 baseline and the
+# copy bandwidth in the same run, then print the table. CSVs and logs go to $OUT (default ./out).
+# Usage: scripts/gpu/run_all.sh [--quick] [--no-sanitize] [--no-bench]
+# Build dependencies: the system's, or a prefix in .deps/usr (copied from a Debian machine: fmt, gtest, ...).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT="${OUT:-$PWD/out}"
+mkdir -p "$OUT"
+QUICK=""; SANITIZE=1; BENCH=1
+for a in "$@"; do
+  case "$a" in
+    --quick) QUICK="--quick" ;;
+    --no-sanitize) SANITIZE=0 ;;
+    --no-bench) BENCH=0 ;;
+  esac
+done
+BUILD="${BUILD:-build-gpu}"
+EXTRA=()
+if [ -d .deps/usr ]; then
+  EXTRA+=("-DCMAKE_PREFIX_PATH=$PWD/.deps/usr")
+  export LD_LIBRARY_PATH="$PWD/.deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
+fi
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.total --format=csv 2>&1 | tee "$OUT/card.txt"
+echo "== configure + build"
+t0=$(date +%s)
+cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DKVCOMPACT_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a \
+  -DKVCOMPACT_BUILD_BENCH=OFF "${EXTRA[@]}" > "$OUT/configure.log" 2>&1 || { tail -30 "$OUT/configure.log"; exit 1; }
+cmake --build "$BUILD" -j16 --target kvcompact_cuda_tests kvcompact_cuda_bench > "$OUT/build.log" 2>&1 \
+  || { grep -E "error|Error" -A3 "$OUT/build.log" | head -60; exit 1; }
+echo "build: $(( $(date +%s) - t0 )) s"
+TESTS="$BUILD/tests/cuda/kvcompact_cuda_tests"
+BENCHBIN="$BUILD/src/cuda/bench/kvcompact_cuda_bench"
+echo "== GPU tests"
+"$TESTS" 2>&1 | tee "$OUT/tests.log" | grep -E "^\[ *(OK|FAILED|SKIPPED|PASSED) |Failure|error|Expected|Which|actual|differ" | head -80
+test_rc=${PIPESTATUS[0]}
+echo "tests exit code: $test_rc"
+if [ "$BENCH" = 1 ]; then
+  echo "== kvcompact CUDA benchmark"
+  "$BENCHBIN" $QUICK --csv "$OUT/tq_bench.csv" 2>&1 | tee "$OUT/bench.log" | tail -40
+  echo "== torch SDPA bf16 baseline"
+  PYTHONUNBUFFERED=1 python3 scripts/gpu/sdpa_baseline.py $QUICK --csv "$OUT/sdpa.csv" 2>&1 | tee "$OUT/sdpa.log" | tail -30
+  echo "== report"
+  python3 scripts/gpu/report.py "$OUT/tq_bench.csv" "$OUT/sdpa.csv" "$OUT/report.csv"
+fi
+if [ "$SANITIZE" = 1 ] && command -v compute-sanitizer > /dev/null; then
+  for tool in memcheck racecheck; do
+    echo "== compute-sanitizer $tool (CudaSmall.*)"
+    timeout "${SANITIZE_TIMEOUT:-150}" compute-sanitizer --tool "$tool" --error-exitcode 3 "$TESTS" --gtest_filter='CudaSmall.*' > "$OUT/sanitizer_$tool.log" 2>&1
+    echo "$tool exit code: $? ; $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY|hazard" "$OUT/sanitizer_$tool.log" | head -3 | tr '\n' ' ')"
+  done
+fi
+exit "$test_rc"

@@ -1,0 +1,61 @@
+// Internal: the plain parameter structs of the TurboQuant kernels and their launchers. Kernel translation
+// units (.cu) include only this and tq_device.cuh, never the fmt-based error header (nvcc's front end cannot
+// compile fmt's consteval format strings); host code (.cpp) validates arguments and maps CUDA errors.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "tq_device.cuh"
+
+namespace kvcompact::cuda::tq::detail {
+
+inline constexpr unsigned kEncodeWarps = 4;
+
+struct EncodeParams {
+  std::uint8_t* layer;
+  const Tables* tables;
+  const void* keys;    // [rows, kv_heads, head_dim]
+  const void* values;  // [rows, kv_heads, head_dim]
+  std::uint32_t* status;
+  std::uint64_t key_codes_offset, key_signs_offset, key_norms_offset, key_residual_norms_offset;
+  std::uint64_t value_codes_offset, value_norms_offset, window_keys_offset, window_values_offset;
+  std::uint32_t key_code_bytes, sign_bytes, value_code_bytes;
+  std::uint32_t kv_heads, capacity, window;
+  std::uint32_t seq, position, rows;
+  std::uint32_t dtype;  // 0 f32, 1 f16, 2 bf16
+};
+
+// blocks × kEncodeWarps warps, one warp per (row, KV head, key-or-value) item.
+cudaError_t launch_encode(const EncodeParams& p, unsigned blocks, std::size_t smem, cudaStream_t stream);
+
+inline constexpr unsigned kDecodeTile = 64;     // tokens per pipeline stage (4 warps × 16)
+inline constexpr unsigned kDecodeThreads = 128;
+inline constexpr unsigned kDecodeGroup = 8;     // query heads per block (the MMA's N)
+inline constexpr unsigned kMaxWindow = 8192;    // window scores live in shared memory
+
+struct DecodeParams {
+  const std::uint8_t* layer;
+  const Tables* tables;
+  const float* queries;                // [seqs, q_heads, d]
+  const std::uint32_t* lengths;        // [seqs]
+  const std::uint32_t* window_begins;  // [seqs] or null
+  const float* sinks;                  // [q_heads] or null
+  float* output;                       // [seqs, q_heads, d]
+  float* part_o;                       // [seqs, q_heads, splits + 1, d]
+  float* part_lse;                     // [seqs, q_heads, splits + 1] (log2 domain)
+  std::uint64_t key_codes, key_signs, key_norms, key_rho, value_codes, value_norms, window_keys, window_values;
+  std::uint32_t head_dim, kv_heads, capacity, window, q_heads, group, head_groups, chunk, splits, seqs;
+  std::uint32_t tables_key_code_bits, tables_value_bits;  // select the kernel instance
+  float scale_log2;  // softmax scale · log2(e)
+};
+
+// Shared memory of the fused kernel for (head_dim, key code bits, value bits); 0 when there is no kernel.
+std::uint32_t decode_smem_bytes(std::uint32_t head_dim, std::uint32_t key_code_bits, std::uint32_t value_bits);
+// Raises the kernel's dynamic shared-memory limit (host side, once per plan).
+cudaError_t prepare_decode(std::uint32_t head_dim, std::uint32_t key_code_bits, std::uint32_t value_bits);
+// The fused split kernel, the exact-window kernel and the merge kernel, in that order on `stream`.
+cudaError_t launch_decode(const DecodeParams& p, cudaStream_t stream);
+
+}  // namespace kvcompact::cuda::tq::detail

@@ -1,0 +1,132 @@
+// DeviceCodec (one layer's tables on the device) and encode_append, the checked host side of the encode
+// kernel (tq_encode.cu): packed records byte-identical to LayerCodec::encode_key / encode_value up to the
+// float64 summation order of three norms (docs/cuda.md, "Encode").
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <utility>
+
+#include "check.hpp"
+#include "kvcompact/cuda/tq.hpp"
+#include "kvcompact/tq/codebook.hpp"
+#include "kvcompact/tq/rotation.hpp"
+#include "params.hpp"
+
+namespace kvcompact::cuda::tq {
+
+using detail::EncodeParams;
+using detail::kEncodeWarps;
+using detail::Tables;
+
+Result<DeviceCodec> DeviceCodec::create(const LayerCodec& codec) {
+  const std::uint32_t d = codec.head_dim();
+  if (d > detail::kMaxHeadDim) {
+    return make_error(ErrorCode::Unsupported, "head_dim {} exceeds the CUDA backend's limit {}", d,
+                      detail::kMaxHeadDim);
+  }
+  Tables t;
+  std::memset(&t, 0, sizeof(t));
+  t.head_dim = d;
+  const auto blocks = codec.main_rotation().blocks();
+  if (blocks.size() > detail::kMaxBlocks) {
+    return make_error(ErrorCode::Unsupported, "head_dim {} has {} rotation blocks; at most {} supported", d,
+                      blocks.size(), detail::kMaxBlocks);
+  }
+  t.block_count = static_cast<std::uint32_t>(blocks.size());
+  std::uint32_t offset = 0;
+  for (std::size_t k = 0; k < blocks.size(); ++k) {
+    t.block_size[k] = blocks[k];
+    t.block_offset[k] = offset;
+    t.block_scale[k] = 1.0f / std::sqrt(static_cast<float>(blocks[k]));
+    offset += blocks[k];
+  }
+  const auto& cfg = codec.config();
+  t.key_code_bits = cfg.key_code_bits();
+  t.value_bits = cfg.value_bits;
+  t.has_qjl = cfg.has_qjl() ? 1u : 0u;
+  t.norm_correction = cfg.norm_correction ? 1u : 0u;
+  t.qjl_scale = codec.qjl_scale();
+  const auto& kc = codec.key_codebook();
+  for (std::uint32_t i = 0; i < kc.levels(); ++i) {
+    t.key_centroids[i] = kc.centroids_f32()[i];
+    t.key_centroids_f64[i] = kc.centroids()[i];
+  }
+  for (std::uint32_t i = 0; i + 1 < kc.levels(); ++i) t.key_boundaries[i] = kc.boundaries_f32()[i];
+  const auto& vc = codec.value_codebook();
+  for (std::uint32_t i = 0; i < vc.levels(); ++i) {
+    t.value_centroids[i] = vc.centroids_f32()[i];
+    t.value_centroids_f64[i] = vc.centroids()[i];
+  }
+  for (std::uint32_t i = 0; i + 1 < vc.levels(); ++i) t.value_boundaries[i] = vc.boundaries_f32()[i];
+  for (std::uint32_t j = 0; j < d; ++j) {
+    t.main_signs[j] = codec.main_rotation().signs()[j];
+    t.qjl_signs[j] = codec.qjl_rotation().signs()[j];
+  }
+  DeviceCodec out;
+  KVC_ASSIGN_OR_RETURN(out.buffer_, DeviceBuffer::allocate(sizeof(Tables)));
+  KVC_TRY(out.buffer_.upload(&t, sizeof(Tables)));
+  out.head_dim_ = d;
+  out.config_ = cfg;
+  return Result<DeviceCodec>(std::move(out));
+}
+
+Status encode_append(const LayerLayout& layout, const DeviceCodec& codec, void* layer_data,
+                     const EncodeRequest& request, void* stream) {
+  if (codec.head_dim() != layout.head_dim) {
+    return make_error(ErrorCode::Mismatch, "codec head_dim {} != layout head_dim {}", codec.head_dim(),
+                      layout.head_dim);
+  }
+  if (request.seq >= layout.sequences) {
+    return make_error(ErrorCode::OutOfRange, "sequence {} out of range (layout has {})", request.seq,
+                      layout.sequences);
+  }
+  if (request.position > layout.capacity || request.rows > layout.capacity - request.position) {
+    return make_error(ErrorCode::CapacityExceeded, "append of {} rows at position {} exceeds capacity {}",
+                      request.rows, request.position, layout.capacity);
+  }
+  if (request.rows == 0) return ok_status();
+  if (layer_data == nullptr || request.keys == nullptr || request.values == nullptr) {
+    return make_error(ErrorCode::InvalidArgument, "encode_append needs layer data, keys and values");
+  }
+  std::uint32_t dtype = 0;
+  switch (request.dtype) {
+    case DType::F32: dtype = 0; break;
+    case DType::F16: dtype = 1; break;
+    case DType::BF16: dtype = 2; break;
+    default:
+      return make_error(ErrorCode::Unsupported, "encode input dtype {} (f32, f16 and bf16 are supported)",
+                        dtype_name(request.dtype));
+  }
+  EncodeParams p{};
+  p.layer = static_cast<std::uint8_t*>(layer_data);
+  p.tables = static_cast<const Tables*>(codec.tables());
+  p.keys = request.keys;
+  p.values = request.values;
+  p.status = request.status;
+  p.key_codes_offset = layout.key_codes_offset;
+  p.key_signs_offset = layout.key_signs_offset;
+  p.key_norms_offset = layout.key_norms_offset;
+  p.key_residual_norms_offset = layout.key_residual_norms_offset;
+  p.value_codes_offset = layout.value_codes_offset;
+  p.value_norms_offset = layout.value_norms_offset;
+  p.window_keys_offset = layout.window_keys_offset;
+  p.window_values_offset = layout.window_values_offset;
+  p.key_code_bytes = layout.token.key_codes;
+  p.sign_bytes = layout.token.key_signs;
+  p.value_code_bytes = layout.token.value_codes;
+  p.kv_heads = layout.kv_heads;
+  p.capacity = layout.capacity;
+  p.window = layout.exact_window;
+  p.seq = request.seq;
+  p.position = request.position;
+  p.rows = request.rows;
+  p.dtype = dtype;
+  const std::uint64_t items = static_cast<std::uint64_t>(request.rows) * layout.kv_heads * 2u;
+  const std::uint64_t blocks = (items + kEncodeWarps - 1) / kEncodeWarps;
+  if (blocks > 0x7fffffffu) return make_error(ErrorCode::Overflow, "encode of {} items needs too many blocks", items);
+  const std::size_t smem = sizeof(float) * 2u * kEncodeWarps * layout.head_dim;
+  KVC_CUDA_TRY(detail::launch_encode(p, static_cast<unsigned>(blocks), smem, static_cast<cudaStream_t>(stream)));
+  return ok_status();
+}
+
+}  // namespace kvcompact::cuda::tq

@@ -1,0 +1,123 @@
+// Host side of CUDA decode attention: plan_decode (split over the sequence, workspace size, kernel
+// shared-memory limit) and decode_attention (argument checks, launch through tq_decode.cu). run allocates
+// nothing, so it can be captured in a CUDA graph.
+#include <algorithm>
+#include <cmath>
+
+#include "check.hpp"
+#include "kvcompact/cuda/tq.hpp"
+#include "params.hpp"
+
+namespace kvcompact::cuda::tq {
+
+namespace {
+std::uint64_t align256(std::uint64_t x) { return (x + 255u) & ~std::uint64_t{255}; }
+}  // namespace
+
+bool decode_supported(std::uint32_t head_dim, const kvcompact::tq::QuantConfig& config) {
+  return detail::decode_smem_bytes(head_dim, config.key_code_bits(), config.value_bits) != 0;
+}
+
+Result<DecodePlan> plan_decode(const LayerLayout& layout, const kvcompact::tq::QuantConfig& config,
+                               std::uint32_t q_heads, std::uint32_t max_length, int multiprocessors) {
+  using detail::kDecodeGroup;
+  using detail::kDecodeTile;
+  if (layout.kv_heads == 0 || q_heads == 0 || q_heads % layout.kv_heads != 0) {
+    return make_error(ErrorCode::InvalidArgument, "q_heads {} must be a positive multiple of kv_heads {}", q_heads,
+                      layout.kv_heads);
+  }
+  if (!decode_supported(layout.head_dim, config)) {
+    return make_error(ErrorCode::Unsupported,
+                      "CUDA decode attention has no kernel for head_dim {} with mode {} (head_dim 64/128/256, key "
+                      "code bits 1..5, value bits 2..4)",
+                      layout.head_dim, config.name());
+  }
+  if (max_length > layout.capacity) {
+    return make_error(ErrorCode::OutOfRange, "max_length {} exceeds the layout capacity {}", max_length,
+                      layout.capacity);
+  }
+  if (layout.exact_window > detail::kMaxWindow) {
+    return make_error(ErrorCode::Unsupported, "exact window {} exceeds the CUDA decode limit {}", layout.exact_window,
+                      detail::kMaxWindow);
+  }
+  if (multiprocessors <= 0) multiprocessors = 1;
+  DecodePlan plan;
+  plan.layout = layout;
+  plan.config = config;
+  plan.q_heads = q_heads;
+  plan.max_length = max_length;
+  const std::uint64_t head_groups = (q_heads / layout.kv_heads + kDecodeGroup - 1) / kDecodeGroup;
+  const std::uint64_t base = std::max<std::uint64_t>(1, std::uint64_t{layout.sequences} * layout.kv_heads * head_groups);
+  // Enough blocks for about four resident waves of the chip, but at least 256 tokens per split.
+  const std::uint64_t want = (16ull * static_cast<std::uint64_t>(multiprocessors) + base - 1) / base;
+  const std::uint64_t length = std::max<std::uint64_t>(max_length, 1);
+  const std::uint64_t max_splits = std::max<std::uint64_t>(1, (length + 255) / 256);
+  std::uint64_t splits = std::clamp<std::uint64_t>(want, 1, max_splits);
+  std::uint64_t chunk = (length + splits - 1) / splits;
+  chunk = (chunk + kDecodeTile - 1) / kDecodeTile * kDecodeTile;
+  splits = (length + chunk - 1) / chunk;
+  if (splits > 65535) return make_error(ErrorCode::Unsupported, "decode plan needs {} splits (max 65535)", splits);
+  plan.chunk = static_cast<std::uint32_t>(chunk);
+  plan.splits = static_cast<std::uint32_t>(splits);
+  const std::uint64_t parts = std::uint64_t{layout.sequences} * q_heads * (splits + 1);
+  plan.workspace_bytes = align256(parts * layout.head_dim * 4) + align256(parts * 4);
+  KVC_CUDA_TRY(detail::prepare_decode(layout.head_dim, config.key_code_bits(), config.value_bits));
+  return plan;
+}
+
+Status decode_attention(const DecodePlan& plan, const DeviceCodec& codec, const void* layer_data,
+                        const DecodeArgs& args, void* workspace, void* stream) {
+  const LayerLayout& layout = plan.layout;
+  if (codec.head_dim() != layout.head_dim || codec.config().key_code_bits() != plan.config.key_code_bits() ||
+      codec.config().value_bits != plan.config.value_bits || codec.config().has_qjl() != plan.config.has_qjl()) {
+    return make_error(ErrorCode::Mismatch, "codec (head_dim {}, mode {}) does not match the plan (head_dim {}, mode {})",
+                      codec.head_dim(), codec.config().name(), layout.head_dim, plan.config.name());
+  }
+  if (layer_data == nullptr || args.queries == nullptr || args.lengths == nullptr || args.output == nullptr ||
+      workspace == nullptr) {
+    return make_error(ErrorCode::InvalidArgument,
+                      "decode_attention needs layer data, queries, lengths, output and workspace");
+  }
+  if (layout.exact_window > 0 && args.window_begins == nullptr) {
+    return make_error(ErrorCode::InvalidArgument, "a layout with an exact window needs window_begins");
+  }
+  if (!std::isfinite(args.scale)) return make_error(ErrorCode::InvalidArgument, "scale {} is not finite", args.scale);
+  if (layout.sequences == 0) return ok_status();
+  detail::DecodeParams p{};
+  p.layer = static_cast<const std::uint8_t*>(layer_data);
+  p.tables = static_cast<const detail::Tables*>(codec.tables());
+  p.queries = args.queries;
+  p.lengths = args.lengths;
+  p.window_begins = args.window_begins;
+  p.sinks = args.sinks;
+  p.output = args.output;
+  const std::uint64_t parts = std::uint64_t{layout.sequences} * plan.q_heads * (plan.splits + 1);
+  p.part_o = static_cast<float*>(workspace);
+  p.part_lse = reinterpret_cast<float*>(static_cast<std::uint8_t*>(workspace) + align256(parts * layout.head_dim * 4));
+  p.key_codes = layout.key_codes_offset;
+  p.key_signs = layout.key_signs_offset;
+  p.key_norms = layout.key_norms_offset;
+  p.key_rho = layout.key_residual_norms_offset;
+  p.value_codes = layout.value_codes_offset;
+  p.value_norms = layout.value_norms_offset;
+  p.window_keys = layout.window_keys_offset;
+  p.window_values = layout.window_values_offset;
+  p.head_dim = layout.head_dim;
+  p.kv_heads = layout.kv_heads;
+  p.capacity = layout.capacity;
+  p.window = layout.exact_window;
+  p.q_heads = plan.q_heads;
+  p.group = plan.q_heads / layout.kv_heads;
+  p.head_groups = (p.group + detail::kDecodeGroup - 1) / detail::kDecodeGroup;
+  p.chunk = plan.chunk;
+  p.splits = plan.splits;
+  p.seqs = layout.sequences;
+  p.tables_key_code_bits = plan.config.key_code_bits();
+  p.tables_value_bits = plan.config.value_bits;
+  const float scale = args.scale != 0.0f ? args.scale : 1.0f / std::sqrt(static_cast<float>(layout.head_dim));
+  p.scale_log2 = scale * 1.4426950408889634f;
+  KVC_CUDA_TRY(detail::launch_decode(p, static_cast<cudaStream_t>(stream)));
+  return ok_status();
+}
+
+}  // namespace kvcompact::cuda::tq

@@ -1,0 +1,546 @@
+// Fused split-K decode attention kernels over the packed TurboQuant layer layout (flash-decoding): one block
+// per (split of the sequence, KV head, sequence) scores 64-token tiles of packed keys for the KV head's whole
+// GQA group with tensor cores (mma.sync m16n8k16: 16 tokens × 16 coordinates of dequantised fp16 centroids
+// against the group's rotated queries as the N = 8 dimension), accumulates P·V in rotated space and writes one
+// partial (output, log-sum-exp) per split; a window kernel adds the exact f32 rows and a merge kernel combines
+// the partials with the sink and applies R⁻¹ once per (sequence, query head). Host side: tq_decode.cpp.
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "params.hpp"
+
+namespace kvcompact::cuda::tq::detail {
+
+namespace {
+
+constexpr unsigned kTile = kDecodeTile;
+constexpr unsigned kStages = 3;  // cp.async pipeline depth
+constexpr unsigned kThreads = kDecodeThreads;
+constexpr unsigned kGroup = kDecodeGroup;
+
+__device__ inline std::uint32_t exact_begin(std::uint32_t length, std::uint32_t window_begin, std::uint32_t w) {
+  if (w == 0) return length;
+  const std::uint32_t recent = length > w ? length - w : 0u;
+  return min(length, max(window_begin, recent));
+}
+
+__device__ inline std::uint32_t pack_half2(float lo, float hi) {
+  const __half2 h = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<const std::uint32_t*>(&h);
+}
+
+__device__ inline void mma16816(float (&d)[4], std::uint32_t a0, std::uint32_t a1, std::uint32_t a2, std::uint32_t a3,
+                                std::uint32_t b0, std::uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+__device__ inline std::uint32_t transpose8x8(std::uint32_t x) {
+  std::uint32_t y;
+  asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(y) : "r"(x));
+  return y;
+}
+
+__device__ inline void cp_async16(void* smem, const void* gmem) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
+}
+__device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ inline void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+// NB-bit field at bit `pos` of a little-endian bit stream held in 32-bit words.
+template <int NB>
+__device__ inline std::uint32_t field(const std::uint32_t* row, std::uint32_t pos) {
+  constexpr std::uint32_t mask = (1u << NB) - 1u;
+  if constexpr (32 % NB == 0) {
+    return (row[pos >> 5] >> (pos & 31u)) & mask;
+  } else {
+    return __funnelshift_r(row[pos >> 5], row[(pos >> 5) + 1], pos & 31u) & mask;
+  }
+}
+
+constexpr unsigned round16(unsigned x) { return (x + 15u) & ~15u; }
+
+template <int D, int CB, int VB>
+struct Shape {
+  static constexpr unsigned kc_bpt = D * CB / 8, ks_bpt = D / 8, vc_bpt = D * VB / 8;
+  static constexpr unsigned kc = round16(kTile * kc_bpt + 32), ks = round16(kTile * ks_bpt + 32);
+  static constexpr unsigned kn = round16(kTile * 4 + 32), kr = round16(kTile * 2 + 32);
+  static constexpr unsigned vc = round16(kTile * vc_bpt + 32), vn = round16(kTile * 4 + 32);
+  static constexpr unsigned stage = kc + ks + kn + kr + vc + vn;
+  static constexpr unsigned prologue = 2 * kGroup * D * 4;
+  static constexpr unsigned merge = 4 * (kGroup * D + 2 * kGroup) * 4;
+  static constexpr unsigned main_area = std::max(kStages * stage, std::max(prologue, merge));
+  static constexpr unsigned lut_k = 4u << (2 * CB), lut_v = 4u << (2 * VB), lut_s = 16;
+  static constexpr unsigned qfrag = (D / 16) * 32 * 32, qscale = kGroup * 2 * 4;
+  static constexpr unsigned total = main_area + lut_k + lut_v + lut_s + qfrag + qscale;
+};
+
+// Copies `tokens` packed records of one region starting at token p0 as 16-byte chunks covering them;
+// returns nothing: the byte shift of the first record inside the chunk is the same for every tile.
+__device__ inline void load_region(std::uint8_t* dst, const std::uint8_t* region, std::uint32_t p0, std::uint32_t tokens,
+                                   std::uint32_t bpt) {
+  const std::uintptr_t start = reinterpret_cast<std::uintptr_t>(region) + static_cast<std::uintptr_t>(p0) * bpt;
+  const std::uintptr_t aligned = start & ~static_cast<std::uintptr_t>(15);
+  const std::uint32_t bytes = static_cast<std::uint32_t>(start - aligned) + tokens * bpt;
+  const std::uint32_t chunks = (bytes + 15u) / 16u;
+  for (std::uint32_t i = threadIdx.x; i < chunks; i += kThreads) {
+    cp_async16(dst + 16u * i, reinterpret_cast<const void*>(aligned + 16u * i));
+  }
+}
+__device__ inline std::uint32_t region_shift(const std::uint8_t* region) {
+  return static_cast<std::uint32_t>(reinterpret_cast<std::uintptr_t>(region) & 15u);
+}
+
+template <int D, int CB, int VB>
+__global__ void __launch_bounds__(kThreads) decode_kernel(DecodeParams p) {
+  using S = Shape<D, CB, VB>;
+  extern __shared__ __align__(16) std::uint8_t smem[];
+  std::uint8_t* main_area = smem;
+  std::uint32_t* lut_k = reinterpret_cast<std::uint32_t*>(smem + S::main_area);
+  std::uint32_t* lut_v = lut_k + (1u << (2 * CB));
+  std::uint32_t* lut_s = lut_v + (1u << (2 * VB));
+  uint4* qfrag = reinterpret_cast<uint4*>(reinterpret_cast<std::uint8_t*>(lut_s) + S::lut_s);
+  float* qscale = reinterpret_cast<float*>(reinterpret_cast<std::uint8_t*>(qfrag) + S::qfrag);
+
+  const Tables& t = *p.tables;
+  const unsigned tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5;
+  const unsigned g = lane >> 2, c = lane & 3u;
+  const std::uint32_t seq = blockIdx.z;
+  const std::uint32_t kvh = blockIdx.y / p.head_groups;
+  const std::uint32_t hg = blockIdx.y % p.head_groups;
+  const std::uint32_t split = blockIdx.x;
+  const std::uint32_t length = p.lengths[seq];
+  const std::uint32_t wb = p.window_begins != nullptr ? p.window_begins[seq] : 0u;
+  const std::uint32_t qend = exact_begin(length, wb, p.window);
+  const std::uint32_t begin = split * p.chunk;
+  const std::uint32_t end = min(begin + p.chunk, qend);
+  const std::uint32_t qh0 = kvh * p.group + hg * kGroup;
+  const std::uint32_t nh = min(kGroup, p.group - hg * kGroup);
+  const bool qjl = t.has_qjl != 0;
+
+  if (begin >= end) {
+    for (std::uint32_t i = tid; i < nh * D; i += kThreads) {
+      const std::uint64_t part = (static_cast<std::uint64_t>(seq) * p.q_heads + qh0 + i / D) * (p.splits + 1) + split;
+      p.part_o[part * D + i % D] = 0.0f;
+      if (i % D == 0) p.part_lse[part] = -INFINITY;
+    }
+    return;
+  }
+
+  // Lookup tables: a pair of adjacent codes -> half2 of their centroids (low half = lower coordinate / token).
+  for (unsigned i = tid; i < (1u << (2 * CB)); i += kThreads) {
+    lut_k[i] = pack_half2(t.key_centroids[i & ((1u << CB) - 1u)], t.key_centroids[i >> CB]);
+  }
+  for (unsigned i = tid; i < (1u << (2 * VB)); i += kThreads) {
+    lut_v[i] = pack_half2(t.value_centroids[i & ((1u << VB) - 1u)], t.value_centroids[i >> VB]);
+  }
+  if (tid < 4) lut_s[tid] = pack_half2((tid & 1u) ? 1.0f : -1.0f, (tid & 2u) ? 1.0f : -1.0f);
+
+  // Query preparation: q_rot = R_p(q), q_jl = R_j(q_rot) for the block's heads, scaled to max |x| = 1 and
+  // split into fp16 hi + lo parts laid out as the MMA's B fragments.
+  {
+    float* qrot = reinterpret_cast<float*>(main_area);
+    float* qjlb = qrot + kGroup * D;
+    for (unsigned hh = warp; hh < kGroup; hh += 4) {
+      float* row = qrot + hh * D;
+      float* rowj = qjlb + hh * D;
+      const float* q = p.queries + (static_cast<std::uint64_t>(seq) * p.q_heads + qh0 + hh) * D;
+      for (unsigned j = lane; j < D; j += 32) row[j] = hh < nh ? q[j] : 0.0f;
+      __syncwarp();
+      detail::warp_rotate_forward(row, t, t.main_signs, lane);
+      for (unsigned j = lane; j < D; j += 32) rowj[j] = row[j];
+      __syncwarp();
+      if (qjl) detail::warp_rotate_forward(rowj, t, t.qjl_signs, lane);
+      float mr = 0.0f, mj = 0.0f;
+      for (unsigned j = lane; j < D; j += 32) {
+        mr = fmaxf(mr, fabsf(row[j]));
+        mj = fmaxf(mj, fabsf(rowj[j]));
+      }
+      for (int o = 16; o > 0; o >>= 1) {
+        mr = fmaxf(mr, __shfl_xor_sync(0xffffffffu, mr, o));
+        mj = fmaxf(mj, __shfl_xor_sync(0xffffffffu, mj, o));
+      }
+      mr = mr > 0.0f ? mr : 1.0f;
+      mj = mj > 0.0f ? mj : 1.0f;
+      for (unsigned j = lane; j < D; j += 32) {
+        row[j] = row[j] / mr;
+        rowj[j] = rowj[j] / mj;
+      }
+      if (lane == 0) {
+        qscale[2 * hh] = mr;
+        qscale[2 * hh + 1] = mj * t.qjl_scale;
+      }
+    }
+    __syncthreads();
+    for (unsigned i = tid; i < (D / 16) * 32; i += kThreads) {
+      const unsigned kk = i / 32, l = i % 32, hg8 = l >> 2, cc = l & 3u;
+      for (unsigned which = 0; which < 2; ++which) {
+        const float* row = (which == 0 ? qrot : qjlb) + hg8 * D + 16 * kk + 2 * cc;
+        const float x0 = row[0], x1 = row[1], x8 = row[8], x9 = row[9];
+        const __half2 h01 = __floats2half2_rn(x0, x1), h89 = __floats2half2_rn(x8, x9);
+        const float2 f01 = __half22float2(h01), f89 = __half22float2(h89);
+        uint4 v;
+        v.x = *reinterpret_cast<const std::uint32_t*>(&h01);
+        v.y = *reinterpret_cast<const std::uint32_t*>(&h89);
+        v.z = pack_half2(x0 - f01.x, x1 - f01.y);
+        v.w = pack_half2(x8 - f89.x, x9 - f89.y);
+        qfrag[2 * i + which] = v;
+      }
+    }
+    __syncthreads();
+  }
+
+  const std::uint64_t slot0 = (static_cast<std::uint64_t>(seq) * p.kv_heads + kvh) * p.capacity;
+  const std::uint8_t* g_kc = p.layer + p.key_codes + slot0 * S::kc_bpt;
+  const std::uint8_t* g_ks = p.layer + p.key_signs + slot0 * S::ks_bpt;
+  const std::uint8_t* g_kn = p.layer + p.key_norms + slot0 * 4;
+  const std::uint8_t* g_kr = p.layer + p.key_rho + slot0 * 2;
+  const std::uint8_t* g_vc = p.layer + p.value_codes + slot0 * S::vc_bpt;
+  const std::uint8_t* g_vn = p.layer + p.value_norms + slot0 * 4;
+  const std::uint32_t sh_kc = region_shift(g_kc), sh_ks = region_shift(g_ks), sh_kn = region_shift(g_kn);
+  const std::uint32_t sh_kr = region_shift(g_kr), sh_vc = region_shift(g_vc), sh_vn = region_shift(g_vn);
+
+  const std::uint32_t tiles = (end - begin + kTile - 1) / kTile;
+  auto issue = [&](std::uint32_t tile) {
+    if (tile < tiles) {
+      std::uint8_t* sb = main_area + (tile % kStages) * S::stage;
+      const std::uint32_t p0 = begin + tile * kTile;
+      const std::uint32_t n = min(kTile, end - p0);
+      load_region(sb, g_kc, p0, n, S::kc_bpt);
+      if (qjl) {
+        load_region(sb + S::kc, g_ks, p0, n, S::ks_bpt);
+        load_region(sb + S::kc + S::ks + S::kn, g_kr, p0, n, 2);
+      }
+      load_region(sb + S::kc + S::ks, g_kn, p0, n, 4);
+      load_region(sb + S::kc + S::ks + S::kn + S::kr, g_vc, p0, n, S::vc_bpt);
+      load_region(sb + S::kc + S::ks + S::kn + S::kr + S::vc, g_vn, p0, n, 4);
+    }
+    cp_async_commit();
+  };
+
+  float m_run[2] = {-INFINITY, -INFINITY};
+  float l_run[2] = {0.0f, 0.0f};
+  float acc[D / 16][4];
+#pragma unroll
+  for (int jb = 0; jb < D / 16; ++jb) acc[jb][0] = acc[jb][1] = acc[jb][2] = acc[jb][3] = 0.0f;
+  const float qsr0 = qscale[4 * c], qsj0 = qscale[4 * c + 1], qsr1 = qscale[4 * c + 2], qsj1 = qscale[4 * c + 3];
+
+  for (unsigned s = 0; s + 1 < kStages; ++s) issue(s);
+  for (std::uint32_t tile = 0; tile < tiles; ++tile) {
+    cp_async_wait<kStages - 2>();
+    __syncthreads();
+    issue(tile + kStages - 1);
+    const std::uint8_t* sb = main_area + (tile % kStages) * S::stage;
+    const std::uint32_t p0 = begin + tile * kTile;
+    const std::uint32_t valid = min(kTile, end - p0);
+    if (warp * 16 >= valid) continue;
+    const unsigned r0 = warp * 16 + g, r1 = r0 + 8;
+    const bool v0 = r0 < valid, v1 = r1 < valid;
+
+    // Scores S[token, head] = K̃[16 × d] · Q[d × 8], code part and QJL part in separate accumulators.
+    float cc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    float cs[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    {
+      const std::uint32_t* k0 = reinterpret_cast<const std::uint32_t*>(sb + sh_kc + r0 * S::kc_bpt);
+      const std::uint32_t* k1 = reinterpret_cast<const std::uint32_t*>(sb + sh_kc + r1 * S::kc_bpt);
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        const std::uint32_t pa = (16 * kk + 2 * c) * CB, pb = (16 * kk + 2 * c + 8) * CB;
+        const std::uint32_t a0 = lut_k[field<2 * CB>(k0, pa)], a1 = lut_k[field<2 * CB>(k1, pa)];
+        const std::uint32_t a2 = lut_k[field<2 * CB>(k0, pb)], a3 = lut_k[field<2 * CB>(k1, pb)];
+        const uint4 qb = qfrag[2 * (kk * 32 + lane)];
+        mma16816(cc, a0, a1, a2, a3, qb.x, qb.y);
+        mma16816(cc, a0, a1, a2, a3, qb.z, qb.w);
+      }
+    }
+    float rho0 = 0.0f, rho1 = 0.0f;
+    if (qjl) {
+      const std::uint32_t* s0 = reinterpret_cast<const std::uint32_t*>(sb + S::kc + sh_ks + r0 * S::ks_bpt);
+      const std::uint32_t* s1 = reinterpret_cast<const std::uint32_t*>(sb + S::kc + sh_ks + r1 * S::ks_bpt);
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        const std::uint32_t pa = 16 * kk + 2 * c, pb = 16 * kk + 2 * c + 8;
+        const std::uint32_t a0 = lut_s[field<2>(s0, pa)], a1 = lut_s[field<2>(s1, pa)];
+        const std::uint32_t a2 = lut_s[field<2>(s0, pb)], a3 = lut_s[field<2>(s1, pb)];
+        const uint4 qb = qfrag[2 * (kk * 32 + lane) + 1];
+        mma16816(cs, a0, a1, a2, a3, qb.x, qb.y);
+        mma16816(cs, a0, a1, a2, a3, qb.z, qb.w);
+      }
+      const __half* rho = reinterpret_cast<const __half*>(sb + S::kc + S::ks + S::kn + sh_kr);
+      rho0 = __half2float(rho[r0]);
+      rho1 = __half2float(rho[r1]);
+    }
+    const float* kn = reinterpret_cast<const float*>(sb + S::kc + S::ks + sh_kn);
+    const float n0 = kn[r0], n1 = kn[r1];
+    float sc[4];
+    sc[0] = v0 ? n0 * (qsr0 * cc[0] + rho0 * qsj0 * cs[0]) * p.scale_log2 : -INFINITY;
+    sc[1] = v0 ? n0 * (qsr1 * cc[1] + rho0 * qsj1 * cs[1]) * p.scale_log2 : -INFINITY;
+    sc[2] = v1 ? n1 * (qsr0 * cc[2] + rho1 * qsj0 * cs[2]) * p.scale_log2 : -INFINITY;
+    sc[3] = v1 ? n1 * (qsr1 * cc[3] + rho1 * qsj1 * cs[3]) * p.scale_log2 : -INFINITY;
+
+    // Online softmax per head column (heads 2c, 2c+1 of this lane; rows = tokens across g).
+    float mt0 = fmaxf(sc[0], sc[2]), mt1 = fmaxf(sc[1], sc[3]);
+#pragma unroll
+    for (int o = 4; o < 32; o <<= 1) {
+      mt0 = fmaxf(mt0, __shfl_xor_sync(0xffffffffu, mt0, o));
+      mt1 = fmaxf(mt1, __shfl_xor_sync(0xffffffffu, mt1, o));
+    }
+    const float mn0 = fmaxf(m_run[0], mt0), mn1 = fmaxf(m_run[1], mt1);
+    const float al0 = mn0 == -INFINITY ? 1.0f : exp2f(m_run[0] - mn0);
+    const float al1 = mn1 == -INFINITY ? 1.0f : exp2f(m_run[1] - mn1);
+    float pe[4];
+    pe[0] = sc[0] == -INFINITY ? 0.0f : exp2f(sc[0] - mn0);
+    pe[1] = sc[1] == -INFINITY ? 0.0f : exp2f(sc[1] - mn1);
+    pe[2] = sc[2] == -INFINITY ? 0.0f : exp2f(sc[2] - mn0);
+    pe[3] = sc[3] == -INFINITY ? 0.0f : exp2f(sc[3] - mn1);
+    l_run[0] = l_run[0] * al0 + pe[0] + pe[2];
+    l_run[1] = l_run[1] * al1 + pe[1] + pe[3];
+    m_run[0] = mn0;
+    m_run[1] = mn1;
+    if (!__all_sync(0xffffffffu, al0 == 1.0f && al1 == 1.0f)) {
+#pragma unroll
+      for (int jb = 0; jb < D / 16; ++jb) {
+        acc[jb][0] *= al0;
+        acc[jb][1] *= al1;
+        acc[jb][2] *= al0;
+        acc[jb][3] *= al1;
+      }
+    }
+
+    // Value norms go into P, relative to the tile's largest, so P stays in [0, 1] in fp16.
+    const float* vn = reinterpret_cast<const float*>(sb + S::kc + S::ks + S::kn + S::kr + S::vc + sh_vn);
+    const float nv0 = v0 ? vn[r0] : 0.0f, nv1 = v1 ? vn[r1] : 0.0f;
+    float nvmax = fmaxf(nv0, nv1);
+#pragma unroll
+    for (int o = 4; o < 32; o <<= 1) nvmax = fmaxf(nvmax, __shfl_xor_sync(0xffffffffu, nvmax, o));
+    const float inv = nvmax > 0.0f ? 1.0f / nvmax : 0.0f;
+    const std::uint32_t b0 = transpose8x8(pack_half2(pe[0] * nv0 * inv, pe[1] * nv0 * inv));
+    const std::uint32_t b1 = transpose8x8(pack_half2(pe[2] * nv1 * inv, pe[3] * nv1 * inv));
+
+    // O[coord, head] += Vᵀ[16 coords × 16 tokens] · P'[16 tokens × 8 heads], in rotated space.
+    const std::uint8_t* vcb = sb + S::kc + S::ks + S::kn + S::kr + sh_vc + warp * 16 * S::vc_bpt;
+    const std::uint32_t* va = reinterpret_cast<const std::uint32_t*>(vcb + (2 * c) * S::vc_bpt);
+    const std::uint32_t* vb = reinterpret_cast<const std::uint32_t*>(vcb + (2 * c + 1) * S::vc_bpt);
+    const std::uint32_t* vc8 = reinterpret_cast<const std::uint32_t*>(vcb + (2 * c + 8) * S::vc_bpt);
+    const std::uint32_t* vd = reinterpret_cast<const std::uint32_t*>(vcb + (2 * c + 9) * S::vc_bpt);
+#pragma unroll
+    for (int jb = 0; jb < D / 16; ++jb) {
+      const std::uint32_t j0 = (16 * jb + g) * VB, j8 = (16 * jb + g + 8) * VB;
+      const std::uint32_t a0 = lut_v[field<VB>(va, j0) | (field<VB>(vb, j0) << VB)];
+      const std::uint32_t a1 = lut_v[field<VB>(va, j8) | (field<VB>(vb, j8) << VB)];
+      const std::uint32_t a2 = lut_v[field<VB>(vc8, j0) | (field<VB>(vd, j0) << VB)];
+      const std::uint32_t a3 = lut_v[field<VB>(vc8, j8) | (field<VB>(vd, j8) << VB)];
+      float tmp[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      mma16816(tmp, a0, a1, a2, a3, b0, b1);
+      acc[jb][0] += tmp[0] * nvmax;
+      acc[jb][1] += tmp[1] * nvmax;
+      acc[jb][2] += tmp[2] * nvmax;
+      acc[jb][3] += tmp[3] * nvmax;
+    }
+  }
+  cp_async_wait<0>();
+  __syncthreads();
+
+  // Merge the 4 warps' partial softmax states in shared memory (the stage buffers are free now).
+  float* mo = reinterpret_cast<float*>(main_area);                // [4][8][D]
+  float* mm = mo + 4 * kGroup * D;                                // [4][8]
+  float* ml = mm + 4 * kGroup;                                    // [4][8]
+#pragma unroll
+  for (int o = 4; o < 32; o <<= 1) {
+    l_run[0] += __shfl_xor_sync(0xffffffffu, l_run[0], o);
+    l_run[1] += __shfl_xor_sync(0xffffffffu, l_run[1], o);
+  }
+  if (g == 0) {
+    mm[warp * kGroup + 2 * c] = m_run[0];
+    mm[warp * kGroup + 2 * c + 1] = m_run[1];
+    ml[warp * kGroup + 2 * c] = l_run[0];
+    ml[warp * kGroup + 2 * c + 1] = l_run[1];
+  }
+  float* mw = mo + warp * kGroup * D;
+#pragma unroll
+  for (int jb = 0; jb < D / 16; ++jb) {
+    mw[(2 * c) * D + 16 * jb + g] = acc[jb][0];
+    mw[(2 * c + 1) * D + 16 * jb + g] = acc[jb][1];
+    mw[(2 * c) * D + 16 * jb + g + 8] = acc[jb][2];
+    mw[(2 * c + 1) * D + 16 * jb + g + 8] = acc[jb][3];
+  }
+  __syncthreads();
+  for (std::uint32_t i = tid; i < nh * D; i += kThreads) {
+    const std::uint32_t h = i / D, j = i % D;
+    float m = -INFINITY;
+    for (int w = 0; w < 4; ++w) m = fmaxf(m, mm[w * kGroup + h]);
+    const std::uint64_t part = (static_cast<std::uint64_t>(seq) * p.q_heads + qh0 + h) * (p.splits + 1) + split;
+    float o = 0.0f, l = 0.0f;
+    if (m != -INFINITY) {
+      for (int w = 0; w < 4; ++w) {
+        const float f = exp2f(mm[w * kGroup + h] - m);
+        l += ml[w * kGroup + h] * f;
+        o += mo[(w * kGroup + h) * D + j] * f;
+      }
+    }
+    p.part_o[part * D + j] = l > 0.0f ? o / l : 0.0f;
+    if (j == 0) p.part_lse[part] = l > 0.0f ? m + log2f(l) : -INFINITY;
+  }
+}
+
+// The exact window: positions [exact_begin, length) from the f32 rows, one block per (sequence, query head).
+__global__ void __launch_bounds__(kThreads) window_kernel(DecodeParams p) {
+  extern __shared__ float wsm[];  // [d] query, then [W] scores
+  const std::uint32_t seq = blockIdx.y, qh = blockIdx.x;
+  const std::uint32_t d = p.head_dim;
+  const unsigned tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5;
+  const std::uint32_t length = p.lengths[seq];
+  const std::uint32_t wb = p.window_begins != nullptr ? p.window_begins[seq] : 0u;
+  const std::uint32_t first = exact_begin(length, wb, p.window);
+  const std::uint32_t n = length - first;
+  const std::uint64_t part = (static_cast<std::uint64_t>(seq) * p.q_heads + qh) * (p.splits + 1) + p.splits;
+  float* q = wsm;
+  float* sc = wsm + d;
+  __shared__ float red[kThreads / 32];
+  if (n == 0) {
+    for (std::uint32_t j = tid; j < d; j += kThreads) p.part_o[part * d + j] = 0.0f;
+    if (tid == 0) p.part_lse[part] = -INFINITY;
+    return;
+  }
+  const std::uint32_t kvh = qh / p.group;
+  const float* qs = p.queries + (static_cast<std::uint64_t>(seq) * p.q_heads + qh) * d;
+  for (std::uint32_t j = tid; j < d; j += kThreads) q[j] = qs[j];
+  __syncthreads();
+  const std::uint64_t ring0 = (static_cast<std::uint64_t>(seq) * p.kv_heads + kvh) * p.window;
+  const float* wk = reinterpret_cast<const float*>(p.layer + p.window_keys);
+  const float* wv = reinterpret_cast<const float*>(p.layer + p.window_values);
+  for (std::uint32_t i = warp; i < n; i += kThreads / 32) {
+    const float* k = wk + (ring0 + (first + i) % p.window) * d;
+    float s = 0.0f;
+    for (std::uint32_t j = lane; j < d; j += 32) s += q[j] * k[j];
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    if (lane == 0) sc[i] = s * p.scale_log2;
+  }
+  __syncthreads();
+  float m = -INFINITY;
+  for (std::uint32_t i = tid; i < n; i += kThreads) m = fmaxf(m, sc[i]);
+  for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+  if (lane == 0) red[warp] = m;
+  __syncthreads();
+  m = fmaxf(fmaxf(red[0], red[1]), fmaxf(red[2], red[3]));
+  __syncthreads();
+  float l = 0.0f;
+  for (std::uint32_t i = tid; i < n; i += kThreads) {
+    sc[i] = exp2f(sc[i] - m);
+    l += sc[i];
+  }
+  for (int o = 16; o > 0; o >>= 1) l += __shfl_xor_sync(0xffffffffu, l, o);
+  if (lane == 0) red[warp] = l;
+  __syncthreads();
+  l = red[0] + red[1] + red[2] + red[3];
+  for (std::uint32_t j = tid; j < d; j += kThreads) {
+    float o = 0.0f;
+    for (std::uint32_t i = 0; i < n; ++i) o += sc[i] * wv[(ring0 + (first + i) % p.window) * d + j];
+    p.part_o[part * d + j] = o / l;
+  }
+  if (tid == 0) p.part_lse[part] = m + log2f(l);
+}
+
+// Combines the splits' partials (rotated space) and the window partial (original space) with the sink,
+// applying R⁻¹ once. One warp per (sequence, query head).
+__global__ void __launch_bounds__(kThreads) merge_kernel(DecodeParams p) {
+  extern __shared__ float msm[];  // [4][d]
+  const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+  const std::uint64_t item = static_cast<std::uint64_t>(blockIdx.x) * 4 + warp;
+  if (item >= static_cast<std::uint64_t>(p.seqs) * p.q_heads) return;
+  const std::uint32_t d = p.head_dim;
+  const std::uint32_t qh = static_cast<std::uint32_t>(item % p.q_heads);
+  const Tables& t = *p.tables;
+  float* x = msm + warp * d;
+  const std::uint64_t base = item * (p.splits + 1);
+  float m = p.sinks != nullptr ? p.sinks[qh] * 1.4426950408889634f : -INFINITY;
+  for (std::uint32_t s = 0; s <= p.splits; ++s) m = fmaxf(m, p.part_lse[base + s]);
+  float* out = p.output + item * d;
+  if (m == -INFINITY) {
+    for (std::uint32_t j = lane; j < d; j += 32) out[j] = 0.0f;
+    return;
+  }
+  float l = p.sinks != nullptr ? exp2f(p.sinks[qh] * 1.4426950408889634f - m) : 0.0f;
+  for (std::uint32_t s = 0; s <= p.splits; ++s) l += exp2f(p.part_lse[base + s] - m);
+  for (std::uint32_t j = lane; j < d; j += 32) x[j] = 0.0f;
+  for (std::uint32_t s = 0; s < p.splits; ++s) {
+    const float f = exp2f(p.part_lse[base + s] - m);
+    if (f == 0.0f) continue;
+    const float* o = p.part_o + (base + s) * d;
+    for (std::uint32_t j = lane; j < d; j += 32) x[j] += f * o[j];
+  }
+  __syncwarp();
+  detail::warp_rotate_inverse(x, t, t.main_signs, lane);
+  const float fw = exp2f(p.part_lse[base + p.splits] - m);
+  const float* ow = p.part_o + (base + p.splits) * d;
+  for (std::uint32_t j = lane; j < d; j += 32) out[j] = (x[j] + fw * ow[j]) / l;
+}
+
+using KernelFn = void (*)(DecodeParams);
+
+template <int D>
+KernelFn pick_by_bits(std::uint32_t cb, std::uint32_t vb, std::uint32_t* smem) {
+#define KVC_DECODE_CASE(CBV, VBV)                            \
+  if (cb == CBV && vb == VBV) {                              \
+    *smem = Shape<D, CBV, VBV>::total;                       \
+    return decode_kernel<D, CBV, VBV>;                       \
+  }
+  KVC_DECODE_CASE(1, 2) KVC_DECODE_CASE(1, 3) KVC_DECODE_CASE(1, 4)
+  KVC_DECODE_CASE(2, 2) KVC_DECODE_CASE(2, 3) KVC_DECODE_CASE(2, 4)
+  KVC_DECODE_CASE(3, 2) KVC_DECODE_CASE(3, 3) KVC_DECODE_CASE(3, 4)
+  KVC_DECODE_CASE(4, 2) KVC_DECODE_CASE(4, 3) KVC_DECODE_CASE(4, 4)
+  KVC_DECODE_CASE(5, 2) KVC_DECODE_CASE(5, 3) KVC_DECODE_CASE(5, 4)
+#undef KVC_DECODE_CASE
+  return nullptr;
+}
+
+KernelFn pick_kernel(std::uint32_t d, std::uint32_t cb, std::uint32_t vb, std::uint32_t* smem) {
+  switch (d) {
+    case 64: return pick_by_bits<64>(cb, vb, smem);
+    case 128: return pick_by_bits<128>(cb, vb, smem);
+    case 256: return pick_by_bits<256>(cb, vb, smem);
+    default: return nullptr;
+  }
+}
+
+
+}  // namespace
+
+std::uint32_t decode_smem_bytes(std::uint32_t head_dim, std::uint32_t key_code_bits, std::uint32_t value_bits) {
+  std::uint32_t smem = 0;
+  return pick_kernel(head_dim, key_code_bits, value_bits, &smem) != nullptr ? smem : 0u;
+}
+
+cudaError_t prepare_decode(std::uint32_t head_dim, std::uint32_t key_code_bits, std::uint32_t value_bits) {
+  std::uint32_t smem = 0;
+  const KernelFn fn = pick_kernel(head_dim, key_code_bits, value_bits, &smem);
+  if (fn == nullptr) return cudaErrorInvalidValue;
+  return cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+}
+
+cudaError_t launch_decode(const DecodeParams& p, cudaStream_t stream) {
+  std::uint32_t smem = 0;
+  const KernelFn fn = pick_kernel(p.head_dim, p.tables_key_code_bits, p.tables_value_bits, &smem);
+  if (fn == nullptr) return cudaErrorInvalidValue;
+  const dim3 grid(p.splits, p.kv_heads * p.head_groups, p.seqs);
+  fn<<<grid, kThreads, smem, stream>>>(p);
+  cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) return err;
+  const std::size_t wsmem = sizeof(float) * (p.head_dim + std::max<std::uint32_t>(p.window, 1));
+  window_kernel<<<dim3(p.q_heads, p.seqs), kThreads, wsmem, stream>>>(p);
+  err = cudaGetLastError();
+  if (err != cudaSuccess) return err;
+  const std::uint64_t items = std::uint64_t{p.seqs} * p.q_heads;
+  merge_kernel<<<static_cast<unsigned>((items + 3) / 4), kThreads, sizeof(float) * 4 * p.head_dim, stream>>>(p);
+  return cudaGetLastError();
+}
+
+}  // namespace kvcompact::cuda::tq::detail

@@ -1,0 +1,83 @@
+// Internal device-side pieces shared by the TurboQuant kernels: the per-layer table struct that
+// DeviceCodec uploads (rotation signs / scales, codebooks, flags) and warp-level rotation helpers.
+#pragma once
+
+#include <cstdint>
+
+namespace kvcompact::cuda::tq::detail {
+
+inline constexpr std::uint32_t kMaxBlocks = 8;       // power-of-two rotation blocks of a head_dim ≤ 1024
+inline constexpr std::uint32_t kMaxHeadDim = 1024;
+
+struct Tables {
+  std::uint32_t head_dim;
+  std::uint32_t block_count;
+  std::uint32_t block_size[kMaxBlocks];
+  std::uint32_t block_offset[kMaxBlocks];
+  float block_scale[kMaxBlocks];  // 1.0f / sqrtf(block) in f32, as the CPU rotation computes it
+  std::uint32_t key_code_bits;
+  std::uint32_t value_bits;
+  std::uint32_t has_qjl;
+  std::uint32_t norm_correction;
+  float qjl_scale;  // √(π/(2d)) rounded to f32 (LayerCodec::qjl_scale)
+  float key_centroids[32];
+  float key_boundaries[32];
+  double key_centroids_f64[32];
+  float value_centroids[32];
+  float value_boundaries[32];
+  double value_centroids_f64[32];
+  float main_signs[kMaxHeadDim];
+  float qjl_signs[kMaxHeadDim];
+};
+
+#ifdef __CUDACC__
+// y ← R(y) in place (forward) on one warp's shared-memory row: ·signs, butterflies with strides 1, 2, 4, ...
+// per block, ·1/√b. The float operations and their order equal the CPU rotation, so results are bit-identical
+// (explicit _rn intrinsics: no contraction can change a rounding).
+__device__ inline void warp_rotate_forward(float* x, const Tables& t, const float* signs, unsigned lane) {
+  const unsigned d = t.head_dim;
+  for (unsigned j = lane; j < d; j += 32) x[j] = __fmul_rn(x[j], signs[j]);
+  __syncwarp();
+  for (unsigned k = 0; k < t.block_count; ++k) {
+    const unsigned off = t.block_offset[k];
+    const unsigned b = t.block_size[k];
+    for (unsigned h = 1; h < b; h <<= 1) {
+      for (unsigned p = lane; p < b / 2; p += 32) {
+        const unsigned i = off + (p / h) * 2 * h + (p % h);
+        const float a = x[i];
+        const float c = x[i + h];
+        x[i] = __fadd_rn(a, c);
+        x[i + h] = __fsub_rn(a, c);
+      }
+      __syncwarp();
+    }
+    for (unsigned j = lane; j < b; j += 32) x[off + j] = __fmul_rn(x[off + j], t.block_scale[k]);
+  }
+  __syncwarp();
+}
+
+// x ← R⁻¹(x) in place: ·1/√b, butterflies, ·signs.
+__device__ inline void warp_rotate_inverse(float* x, const Tables& t, const float* signs, unsigned lane) {
+  const unsigned d = t.head_dim;
+  for (unsigned k = 0; k < t.block_count; ++k) {
+    const unsigned off = t.block_offset[k];
+    const unsigned b = t.block_size[k];
+    for (unsigned j = lane; j < b; j += 32) x[off + j] = x[off + j] * t.block_scale[k];
+    __syncwarp();
+    for (unsigned h = 1; h < b; h <<= 1) {
+      for (unsigned p = lane; p < b / 2; p += 32) {
+        const unsigned i = off + (p / h) * 2 * h + (p % h);
+        const float a = x[i];
+        const float c = x[i + h];
+        x[i] = a + c;
+        x[i + h] = a - c;
+      }
+      __syncwarp();
+    }
+  }
+  for (unsigned j = lane; j < d; j += 32) x[j] = x[j] * signs[j];
+  __syncwarp();
+}
+#endif
+
+}  // namespace kvcompact::cuda::tq::detail

@@ -1,0 +1,376 @@
+// The CUDA TurboQuant backend against the CPU code on fresh random inputs: encode bytes against the CPU
+// cache's LayerCodec (every key / value mode, head dims 16 ... 576, f32 / bf16 / f16 input), and fused decode
+// attention against the float64 oracle (modes, head_dim 64 / 128 / 256, GQA 1 / 4 / 8 / 16, ragged lengths
+// 1, 7, 127, 128, 129, 600 and long ones, sinks and the exact window on and off, output poisoned).
+// Every test skips with a message when no CUDA device is present.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kvcompact/core/dtypes.hpp"
+#include "kvcompact/cuda/runtime.hpp"
+#include "kvcompact/cuda/tq.hpp"
+#include "kvcompact/tq/attention_oracle.hpp"
+#include "kvcompact/tq/cache.hpp"
+#include "unit/tq/attention_test_util.hpp"
+
+namespace kvcompact::cuda::tq {
+namespace {
+
+using kvcompact::tq::AttentionOptions;
+using kvcompact::tq::AttentionRequest;
+using kvcompact::tq::CacheShape;
+using kvcompact::tq::QuantConfig;
+using kvcompact::tq::TurboQuantCache;
+using kvcompact::tq::testing::fresh_seed;
+using kvcompact::tq::testing::max_row_relative_error;
+using kvcompact::tq::testing::random_rows;
+
+#define SKIP_WITHOUT_GPU()                                                                        \
+  do {                                                                                            \
+    if (device_count() == 0) GTEST_SKIP() << "no CUDA device (cudaGetDeviceCount reports none)"; \
+  } while (0)
+
+#define ASSERT_OK(expr)                                              \
+  do {                                                               \
+    const auto& kvc_r_ = (expr);                                     \
+    ASSERT_TRUE(kvc_r_.ok()) << #expr << ": " << kvc_r_.error().to_string(); \
+  } while (0)
+
+template <typename T>
+T take(Result<T>&& r) {
+  EXPECT_TRUE(r.ok()) << r.error().to_string();
+  return std::move(r).value();
+}
+
+QuantConfig parse_mode(const std::string& mode, std::uint64_t seed) {
+  auto r = QuantConfig::parse(mode, seed);
+  EXPECT_TRUE(r.ok()) << mode;
+  return *r;
+}
+
+// Rows converted to the input dtype (bit patterns), and back to the f32 values the CPU encodes.
+std::vector<std::uint8_t> to_dtype(const std::vector<float>& rows, DType dtype) {
+  std::vector<std::uint8_t> out;
+  if (dtype == DType::F32) {
+    out.resize(rows.size() * 4);
+    std::memcpy(out.data(), rows.data(), out.size());
+    return out;
+  }
+  out.resize(rows.size() * 2);
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const std::uint16_t h = dtype == DType::F16 ? f32_to_f16(rows[i]) : f32_to_bf16(rows[i]);
+    std::memcpy(out.data() + 2 * i, &h, 2);
+  }
+  return out;
+}
+
+struct RegionCount {
+  const char* name;
+  std::uint64_t offset, record_bytes, records;
+};
+
+TEST(CudaRuntime, ReportsDeviceAndChecksCopies) {
+  SKIP_WITHOUT_GPU();
+  auto props = take(device_properties(0));
+  EXPECT_GT(props.multiprocessors, 0);
+  auto buffer = take(DeviceBuffer::allocate(64));
+  std::vector<std::uint8_t> host(65);
+  EXPECT_EQ(buffer.upload(host.data(), 65).error().code, ErrorCode::OutOfRange);
+  EXPECT_EQ(buffer.download(host.data(), 8, 60).error().code, ErrorCode::OutOfRange);
+  // An impossible allocation is a typed error naming the CUDA call, not a crash.
+  auto huge = DeviceBuffer::allocate(std::uint64_t{1} << 50);
+  ASSERT_FALSE(huge.ok());
+  EXPECT_NE(huge.error().message.find("cudaMalloc"), std::string::npos) << huge.error().message;
+}
+
+// Encode on the GPU and on the CPU cache; compare every region record by record.
+void check_encode(const std::string& mode, std::uint32_t d, DType dtype, std::uint64_t seed) {
+  SCOPED_TRACE("mode " + mode + " head_dim " + std::to_string(d) + " dtype " + std::string(dtype_name(dtype)) +
+               " seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  const QuantConfig config = parse_mode(mode, seed);
+  CacheShape shape;
+  shape.head_dim = d;
+  shape.kv_heads = {0, 3};  // layer 1 is the attention layer: the layer index enters the rotation seed
+  shape.sequences = 2;
+  shape.capacity = 301;
+  auto cache = take(TurboQuantCache::create(shape, config));
+  const auto& layout = *cache.layout(1);
+  auto codec = take(DeviceCodec::create(*cache.codec(1)));
+  auto layer = take(DeviceBuffer::allocate(layer_buffer_bytes(layout)));
+  ASSERT_OK(layer.fill(0));
+  auto status = take(DeviceBuffer::allocate(4));
+  ASSERT_OK(status.fill(0));
+  const std::uint32_t appends[2][2] = {{37, 200}, {1, 300}};
+  for (std::uint32_t seq = 0; seq < 2; ++seq) {
+    std::uint32_t position = 0;
+    for (std::uint32_t rows : appends[seq]) {
+      const std::uint32_t count = rows * 3;
+      std::vector<float> keys = random_rows(rng, count, d, 1.0f, true);
+      std::vector<float> values = random_rows(rng, count, d, 0.5f, false);
+      if (seq == 1 && position == 0) std::fill(keys.begin(), keys.begin() + d, 0.0f);  // a zero key
+      const auto kb = to_dtype(keys, dtype), vb = to_dtype(values, dtype);
+      ASSERT_OK(cache.append(1, seq, position, rows, dtype, kb.data(), vb.data()));
+      auto dk = take(DeviceBuffer::allocate(kb.size()));
+      auto dv = take(DeviceBuffer::allocate(vb.size()));
+      ASSERT_OK(dk.upload(kb.data(), kb.size()));
+      ASSERT_OK(dv.upload(vb.data(), vb.size()));
+      EncodeRequest req;
+      req.seq = seq;
+      req.position = position;
+      req.rows = rows;
+      req.dtype = dtype;
+      req.keys = dk.data();
+      req.values = dv.data();
+      req.status = static_cast<std::uint32_t*>(status.data());
+      ASSERT_OK(encode_append(layout, codec, layer.data(), req));
+      ASSERT_OK(synchronize());
+      position += rows;
+    }
+  }
+  std::uint32_t flags = 1234;
+  ASSERT_OK(status.download(&flags, 4));
+  EXPECT_EQ(flags, 0u);
+  std::vector<std::uint8_t> gpu(layout.total_bytes);
+  ASSERT_OK(layer.download(gpu.data(), gpu.size()));
+  const std::uint8_t* cpu = cache.view(1).data;
+  const std::uint64_t slots = std::uint64_t{layout.sequences} * layout.kv_heads * layout.capacity;
+  const std::uint64_t wrows = std::uint64_t{layout.sequences} * layout.kv_heads * layout.exact_window;
+  const RegionCount regions[] = {
+      {"key codes", layout.key_codes_offset, layout.token.key_codes, slots},
+      {"key signs", layout.key_signs_offset, layout.token.key_signs, slots},
+      {"key norms", layout.key_norms_offset, 4, slots},
+      {"key residual norms", layout.key_residual_norms_offset, layout.token.key_residual_norm, slots},
+      {"value codes", layout.value_codes_offset, layout.token.value_codes, slots},
+      {"value norms", layout.value_norms_offset, 4, slots},
+      {"window keys", layout.window_keys_offset, 4ull * d, wrows},
+      {"window values", layout.window_values_offset, 4ull * d, wrows},
+  };
+  std::uint64_t codes_total = 0, mismatched_records = 0;
+  for (const RegionCount& r : regions) {
+    if (r.record_bytes == 0) continue;
+    std::uint64_t bad = 0;
+    for (std::uint64_t i = 0; i < r.records; ++i) {
+      if (std::memcmp(cpu + r.offset + i * r.record_bytes, gpu.data() + r.offset + i * r.record_bytes,
+                      r.record_bytes) != 0) {
+        ++bad;
+      }
+    }
+    if (bad != 0) ADD_FAILURE() << r.name << ": " << bad << " of " << r.records << " records differ";
+    mismatched_records += bad;
+  }
+  codes_total = slots * d * 2;
+  // A difference can only come from the float64 summation order of a norm (docs/cuda.md): at most one
+  // per 10^6 codes, and in practice none.
+  EXPECT_LE(mismatched_records * 1000000ull, codes_total);
+}
+
+TEST(CudaEncode, BytesEqualTheCpuCodecForEveryMode) {
+  SKIP_WITHOUT_GPU();
+  const char* const modes[] = {"k=prod2,v=mse2", "k=prod3,v=mse2",   "k=prod4,v=mse3",      "k=prod5,v=mse4",
+                               "k=mse2,v=mse4",  "k=mse3,v=mse3,nc", "k=mse4,v=mse3,nc,w=8", "k=mse5,v=mse2,w=64"};
+  const std::uint32_t dims[] = {64, 128, 256, 16, 80, 576};
+  const DType dtypes[] = {DType::F32, DType::BF16, DType::F16};
+  std::size_t i = 0;
+  for (const char* mode : modes) {
+    for (std::uint32_t d : dims) {
+      check_encode(mode, d, dtypes[i % 3], fresh_seed());
+      ++i;
+    }
+  }
+}
+
+TEST(CudaEncode, NonFiniteInputIsFlaggedAndZeroed) {
+  SKIP_WITHOUT_GPU();
+  const QuantConfig config = QuantConfig::seed_system(7);
+  CacheShape shape;
+  shape.head_dim = 64;
+  shape.kv_heads = {1};
+  shape.sequences = 1;
+  shape.capacity = 4;
+  auto cache = take(TurboQuantCache::create(shape, config));
+  const auto& layout = *cache.layout(0);
+  auto codec = take(DeviceCodec::create(*cache.codec(0)));
+  auto layer = take(DeviceBuffer::allocate(layer_buffer_bytes(layout)));
+  ASSERT_OK(layer.fill(0xAB));
+  auto status = take(DeviceBuffer::allocate(4));
+  ASSERT_OK(status.fill(0));
+  std::vector<float> keys(64, 1.0f), values(64, 1.0f);
+  keys[5] = std::numeric_limits<float>::quiet_NaN();
+  auto dk = take(DeviceBuffer::allocate(256));
+  auto dv = take(DeviceBuffer::allocate(256));
+  ASSERT_OK(dk.upload(keys.data(), 256));
+  ASSERT_OK(dv.upload(values.data(), 256));
+  EncodeRequest req;
+  req.rows = 1;
+  req.keys = dk.data();
+  req.values = dv.data();
+  req.status = static_cast<std::uint32_t*>(status.data());
+  ASSERT_OK(encode_append(layout, codec, layer.data(), req));
+  ASSERT_OK(synchronize());
+  std::uint32_t flags = 0;
+  ASSERT_OK(status.download(&flags, 4));
+  EXPECT_EQ(flags, kEncodeNonFinite);
+  std::vector<std::uint8_t> codes(layout.token.key_codes, 0xFF);
+  ASSERT_OK(layer.download(codes.data(), codes.size(), layout.key_codes_offset));
+  for (std::uint8_t b : codes) EXPECT_EQ(b, 0);
+  req.rows = 4;
+  req.position = 1;
+  EXPECT_EQ(encode_append(layout, codec, layer.data(), req).error().code, ErrorCode::CapacityExceeded);
+}
+
+struct DecodeCase {
+  std::string mode;
+  std::uint32_t d;
+  std::uint32_t group;  // query heads per KV head
+  bool sinks;
+  std::uint32_t window;
+  std::vector<std::uint32_t> lengths;
+};
+
+void check_decode(const DecodeCase& c, std::uint64_t seed) {
+  SCOPED_TRACE("mode " + c.mode + " head_dim " + std::to_string(c.d) + " group " + std::to_string(c.group) +
+               " sinks " + std::to_string(c.sinks) + " window " + std::to_string(c.window) + " seed " +
+               std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  QuantConfig config = parse_mode(c.mode, seed);
+  config.exact_window = c.window;
+  const std::uint32_t kv_heads = 2, q_heads = kv_heads * c.group, d = c.d;
+  const auto seqs = static_cast<std::uint32_t>(c.lengths.size());
+  std::uint32_t max_length = 0;
+  for (std::uint32_t l : c.lengths) max_length = std::max(max_length, l);
+  CacheShape shape;
+  shape.head_dim = d;
+  shape.kv_heads = {kv_heads};
+  shape.sequences = seqs;
+  shape.capacity = max_length + 3;  // deliberately not a multiple of 8 or 16
+  auto cache = take(TurboQuantCache::create(shape, config));
+  for (std::uint32_t seq = 0; seq < seqs; ++seq) {
+    const std::uint32_t n = c.lengths[seq];
+    if (n == 0) continue;
+    const auto keys = random_rows(rng, std::size_t{n} * kv_heads, d, 1.0f, true);
+    auto values = random_rows(rng, std::size_t{n} * kv_heads, d, 1.0f, false);
+    // Value norms spanning a few decades exercise the per-tile norm scaling of P.
+    std::uniform_real_distribution<float> decade(-1.5f, 1.5f);
+    for (std::size_t r = 0; r < std::size_t{n} * kv_heads; ++r) {
+      const float f = std::pow(10.0f, decade(rng));
+      for (std::uint32_t j = 0; j < d; ++j) values[r * d + j] *= f;
+    }
+    ASSERT_OK(cache.append(0, seq, 0, n, DType::F32, keys.data(), values.data()));
+  }
+  const auto view = cache.view(0);
+  const auto& layout = *view.layout;
+  auto codec = take(DeviceCodec::create(*view.codec));
+  auto layer = take(DeviceBuffer::allocate(layer_buffer_bytes(layout)));
+  ASSERT_OK(layer.upload(view.data, layout.total_bytes));
+  std::vector<std::uint32_t> lengths(view.lengths, view.lengths + seqs);
+  std::vector<std::uint32_t> begins(view.window_begins, view.window_begins + seqs);
+  auto dlen = take(DeviceBuffer::allocate(4ull * seqs));
+  auto dbeg = take(DeviceBuffer::allocate(4ull * seqs));
+  ASSERT_OK(dlen.upload(lengths.data(), 4ull * seqs));
+  ASSERT_OK(dbeg.upload(begins.data(), 4ull * seqs));
+  const auto queries = random_rows(rng, std::size_t{seqs} * q_heads, d, 1.0f, false);
+  auto dq = take(DeviceBuffer::allocate(queries.size() * 4));
+  ASSERT_OK(dq.upload(queries.data(), queries.size() * 4));
+  std::vector<float> sinks(q_heads);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  for (float& s : sinks) s = normal(rng);
+  auto dsinks = take(DeviceBuffer::allocate(4ull * q_heads));
+  ASSERT_OK(dsinks.upload(sinks.data(), 4ull * q_heads));
+  auto dout = take(DeviceBuffer::allocate(queries.size() * 4));
+  ASSERT_OK(dout.fill(0xFF));  // NaN poison: every element must be written
+
+  auto props = take(device_properties(0));
+  auto plan = take(plan_decode(layout, config, q_heads, max_length, props.multiprocessors));
+  auto workspace = take(DeviceBuffer::allocate(plan.workspace_bytes));
+  ASSERT_OK(workspace.fill(0xFF));
+  DecodeArgs args;
+  args.queries = static_cast<const float*>(dq.data());
+  args.lengths = static_cast<const std::uint32_t*>(dlen.data());
+  args.window_begins = static_cast<const std::uint32_t*>(dbeg.data());
+  args.sinks = c.sinks ? static_cast<const float*>(dsinks.data()) : nullptr;
+  args.output = static_cast<float*>(dout.data());
+  ASSERT_OK(decode_attention(plan, codec, layer.data(), args, workspace.data()));
+  ASSERT_OK(synchronize());
+  std::vector<float> out(queries.size());
+  ASSERT_OK(dout.download(out.data(), out.size() * 4));
+
+  std::vector<AttentionRequest> requests;
+  std::vector<std::uint32_t> request_seq;
+  for (std::uint32_t seq = 0; seq < seqs; ++seq) {
+    if (lengths[seq] == 0) continue;
+    AttentionRequest req;
+    req.seq = seq;
+    req.first_position = lengths[seq] - 1;
+    req.rows = 1;
+    req.queries = queries.data() + std::size_t{seq} * q_heads * d;
+    req.output = out.data();  // ignored by the oracle
+    requests.push_back(req);
+    request_seq.push_back(seq);
+  }
+  AttentionOptions options;
+  options.q_heads = q_heads;
+  options.sinks = c.sinks ? sinks.data() : nullptr;
+  auto ref = take(kvcompact::tq::attention_oracle(view, requests, options));
+  const std::size_t row = std::size_t{q_heads} * d;
+  for (std::size_t r = 0; r < requests.size(); ++r) {
+    const std::uint32_t seq = request_seq[r];
+    std::vector<float> got(out.begin() + seq * row, out.begin() + (seq + 1) * row);
+    const double err = max_row_relative_error(got, ref[r], row);
+    EXPECT_LE(err, 1e-3) << "sequence " << seq << " length " << lengths[seq];
+  }
+  for (std::uint32_t seq = 0; seq < seqs; ++seq) {
+    if (lengths[seq] != 0) continue;
+    for (std::size_t j = 0; j < row; ++j) ASSERT_EQ(out[seq * row + j], 0.0f) << "empty sequence " << seq;
+  }
+}
+
+const std::vector<std::uint32_t> kAwkward = {1, 7, 127, 128, 129, 600};
+
+TEST(CudaDecode, MatchesTheFloat64OracleAcrossModesAndShapes) {
+  SKIP_WITHOUT_GPU();
+  const std::vector<DecodeCase> cases = {
+      {"k=prod3,v=mse2", 128, 4, false, 0, kAwkward},
+      {"k=prod3,v=mse2", 128, 4, true, 0, kAwkward},
+      {"k=mse4,v=mse3,nc", 128, 4, false, 0, kAwkward},
+      {"k=mse4,v=mse3,nc", 128, 8, true, 32, kAwkward},
+      {"k=prod3,v=mse2", 64, 1, false, 16, kAwkward},
+      {"k=prod3,v=mse2", 256, 8, true, 0, kAwkward},
+      {"k=prod2,v=mse3", 64, 4, true, 0, kAwkward},
+      {"k=prod4,v=mse4", 128, 1, false, 0, kAwkward},
+      {"k=prod5,v=mse4", 256, 4, false, 128, kAwkward},
+      {"k=mse5,v=mse2", 128, 16, true, 0, kAwkward},
+      {"k=mse3,v=mse3,nc", 256, 1, false, 7, kAwkward},
+      {"k=mse2,v=mse4", 64, 8, false, 0, kAwkward},
+      {"k=prod3,v=mse2", 128, 4, true, 64, {0, 5000, 4099, 2, 1777}},
+      {"k=mse4,v=mse3,nc", 128, 4, false, 0, {3000, 64, 65, 0}},
+  };
+  for (const DecodeCase& c : cases) check_decode(c, fresh_seed());
+}
+
+// Argument checks happen before any CUDA call, so this runs without a device too.
+TEST(CudaDecode, UnsupportedShapesAreTypedErrors) {
+  const QuantConfig config = QuantConfig::seed_system();
+  auto layout = take(kvcompact::tq::plan_layer_layout(80, 2, 1, 64, config));
+  EXPECT_EQ(plan_decode(layout, config, 4, 64, 132).error().code, ErrorCode::Unsupported);
+  auto layout128 = take(kvcompact::tq::plan_layer_layout(128, 2, 1, 64, config));
+  EXPECT_EQ(plan_decode(layout128, config, 3, 64, 132).error().code, ErrorCode::InvalidArgument);
+  EXPECT_EQ(plan_decode(layout128, config, 4, 65, 132).error().code, ErrorCode::OutOfRange);
+}
+
+// A small encode + decode pair for compute-sanitizer (memcheck / racecheck), run by scripts/gpu/run_all.sh.
+TEST(CudaSmall, EncodeAndDecodeForSanitizers) {
+  SKIP_WITHOUT_GPU();
+  check_encode("k=prod3,v=mse2,w=16", 128, DType::BF16, fresh_seed());
+  check_decode({"k=prod3,v=mse2", 128, 4, true, 16, {1, 7, 129, 300}}, fresh_seed());
+  check_decode({"k=mse4,v=mse3,nc", 64, 8, false, 0, {65, 0, 200}}, fresh_seed());
+}
+
+}  // namespace
+}  // namespace kvcompact::cuda::tq
