@@ -283,6 +283,42 @@ Status LayerRunner::run_span(Deepseek4Cache& cache, std::uint32_t layer, std::ui
   return check_finite(out, static_cast<std::size_t>(count) * heads * kD, fmt::format("layer {}'s output", layer));
 }
 
+namespace {
+// The inputs of token `offset` onwards.
+LayerInputs advance(const LayerInputs& in, std::uint64_t offset, std::size_t heads, std::uint32_t ratio,
+                    std::size_t index_heads) {
+  const std::size_t k = static_cast<std::size_t>(offset);
+  LayerInputs out = in;
+  out.kv += k * kD;
+  out.q += k * heads * kD;
+  if (ratio != 0) {
+    const std::size_t pw = (ratio == 4 ? 2u : 1u) * kD;
+    out.compressor_kv += k * pw;
+    out.compressor_score += k * pw;
+  }
+  if (ratio == 4) {
+    out.indexer_kv += k * 2 * kIndexerHeadDim;
+    out.indexer_score += k * 2 * kIndexerHeadDim;
+    out.indexer_q += k * index_heads * kIndexerHeadDim;
+    out.indexer_weights += k * index_heads;
+  }
+  return out;
+}
+}  // namespace
+
+Status LayerRunner::run_pieces(Deepseek4Cache& cache, std::uint32_t layer, std::uint64_t start, std::uint64_t count,
+                               const LayerWeights& w, const LayerInputs& in, float* out, bool& wrote) {
+  const std::uint64_t piece = std::max<std::uint64_t>(max_span_tokens, 1);
+  const std::uint32_t m = cache.plan().layers[layer].ratio;
+  const std::size_t ih = cache.plan().model.index_n_heads;
+  for (std::uint64_t off = 0; off < count; off += piece) {
+    const std::uint64_t n = std::min(piece, count - off);
+    KVC_TRY(run_span(cache, layer, start + off, n, w, advance(in, off, w.heads, m, ih),
+                     out + static_cast<std::size_t>(off) * w.heads * kD, wrote));
+  }
+  return ok_status();
+}
+
 Status LayerRunner::run_layer(Deepseek4Cache& cache, std::uint32_t layer, std::uint64_t count, const LayerWeights& weights,
                               const LayerInputs& inputs, float* out) {
   if (cache.plan().model_fingerprint != model_.fingerprint()) {
@@ -296,7 +332,7 @@ Status LayerRunner::run_layer(Deepseek4Cache& cache, std::uint32_t layer, std::u
   bool wrote = false;
   Status st = ok_status();
   try {
-    st = run_span(cache, layer, start, count, weights, inputs, out, wrote);
+    st = run_pieces(cache, layer, start, count, weights, inputs, out, wrote);
   } catch (const std::exception& ex) {
     st = make_error(ErrorCode::Internal, "layer {} threw: {}", layer, ex.what());
   }
@@ -323,7 +359,7 @@ Status LayerRunner::run_all(Deepseek4Cache& cache, std::uint64_t count, std::spa
     bool wrote = false;
     Status st = ok_status();
     try {
-      st = run_span(cache, l, start, count, weights[l], inputs[l], outputs[l], wrote);
+      st = run_pieces(cache, l, start, count, weights[l], inputs[l], outputs[l], wrote);
     } catch (const std::exception& ex) {
       st = make_error(ErrorCode::Internal, "layer {} threw: {}", l, ex.what());
     }

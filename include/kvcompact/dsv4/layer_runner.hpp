@@ -55,6 +55,10 @@ class LayerRunner {
   // cache, an abort poisons it.
   std::function<Status(std::string_view stage)> stage_hook;
 
+  // Longer spans are worked in consecutive pieces of at most this many tokens (bounding the scratch to a
+  // few MiB however long a prefill chunk is); any split gives the same results bit for bit. 0 counts as 1.
+  std::uint64_t max_span_tokens = 2048;
+
   // The work of layer `layer` for the `count` tokens starting at cache.position(): no planning, no
   // commit (the caller commits once every layer has run). out: [count, H, 512].
   // Errors before anything is written leave the cache as it was: Poisoned, EmptyPrefill, ContextBound,
@@ -75,6 +79,8 @@ class LayerRunner {
  private:
   Status run_span(Deepseek4Cache& cache, std::uint32_t layer, std::uint64_t start, std::uint64_t count,
                   const LayerWeights& weights, const LayerInputs& inputs, float* out, bool& wrote);
+  Status run_pieces(Deepseek4Cache& cache, std::uint32_t layer, std::uint64_t start, std::uint64_t count,
+                    const LayerWeights& weights, const LayerInputs& inputs, float* out, bool& wrote);
   Status score_indexer_blocks(const Deepseek4Cache& cache, std::uint32_t layer, std::size_t visible,
                               const float* weights, std::size_t ih);
   Status run_all(Deepseek4Cache& cache, std::uint64_t count, std::span<const LayerWeights> weights,

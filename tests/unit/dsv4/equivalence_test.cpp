@@ -72,6 +72,13 @@ void check_chunkings(StorageConfig storage, std::vector<std::vector<std::size_t>
     EXPECT_TRUE(dump_valid(c) == ref_dump) << "cache contents differ from token-by-token decode";
     EXPECT_TRUE(same_outputs(out, ref_out, 0, n));
   }
+  // One chunk worked internally in pieces of 37 tokens.
+  s.runner.max_span_tokens = 37;
+  Deepseek4Cache c = s.cache(n, storage);
+  Outputs out(3, n, s.model.heads);
+  ASSERT_OK(run_chunks(s.runner, c, s.model, s.stream, out, 0, n, {n}));
+  EXPECT_TRUE(dump_valid(c) == ref_dump) << "pieces of 37";
+  EXPECT_TRUE(same_outputs(out, ref_out, 0, n));
 }
 
 TEST(DsvEquivalence, PrefillChunksEqualDecodeBf16) {
