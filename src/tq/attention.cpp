@@ -25,7 +25,7 @@ namespace {
 
 constexpr std::uint32_t kBlockTokens = 64;  // tokens scored before one online-softmax update
 constexpr std::uint32_t kRowBlock = 16;     // query rows that share one pass over the keys
-constexpr std::uint32_t kMinChunk = 256;    // shortest key chunk worth a partial and a merge
+constexpr std::uint32_t kDefaultMinChunk = 1024;  // shortest key chunk: amortises per-item tables and the merge
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 // ±1.0f for the 8 QJL bits of a byte (bit k set ⇔ +1), so unpacking signs is one 32-byte copy per byte.
@@ -289,7 +289,7 @@ struct Schedule {
 
 // Splits every group's key range into chunks only when the groups alone cannot keep the threads busy.
 Schedule plan_schedule(std::span<const RequestShape> requests, std::uint32_t kv_heads, std::uint32_t group_size,
-                       std::uint32_t acc_floats, std::size_t threads) {
+                       std::uint32_t acc_floats, std::size_t threads, std::uint32_t forced_chunk) {
   Schedule s;
   std::uint64_t total_keys = 0;
   for (std::uint32_t r = 0; r < requests.size(); ++r) {
@@ -307,11 +307,13 @@ Schedule plan_schedule(std::span<const RequestShape> requests, std::uint32_t kv_
     }
   }
   const std::uint64_t wanted_items = 4 * static_cast<std::uint64_t>(threads);
-  if (threads <= 1 || s.groups.size() >= 2 * threads) {
+  if (forced_chunk > 0) {
+    s.chunk_tokens = forced_chunk;
+  } else if (threads <= 1 || s.groups.size() >= 2 * threads) {
     s.chunk_tokens = std::numeric_limits<std::uint32_t>::max();
   } else {
     std::uint64_t chunk = (total_keys + wanted_items - 1) / wanted_items;
-    chunk = std::max<std::uint64_t>(chunk, kMinChunk);
+    chunk = std::max<std::uint64_t>(chunk, kDefaultMinChunk);
     chunk = (chunk + kBlockTokens - 1) / kBlockTokens * kBlockTokens;
     s.chunk_tokens = static_cast<std::uint32_t>(std::min<std::uint64_t>(chunk, std::numeric_limits<std::uint32_t>::max()));
   }
@@ -770,11 +772,12 @@ void merge_group(const Source& src, const KernelContext& ctx, std::span<const Re
 
 template <class Source>
 void run_attention(const Source& src, KernelContext ctx, std::span<const RequestShape> requests,
-                   std::uint32_t requested_threads) {
+                   std::uint32_t requested_threads, std::uint32_t forced_chunk) {
   const std::size_t pool = num_threads();
   const std::size_t threads = requested_threads == 0 ? pool : std::min<std::size_t>(requested_threads, pool);
   ctx.acc_floats = 2 + ctx.d * (src.has_exact() ? 2 : 1);
-  const Schedule schedule = plan_schedule(requests, ctx.kv_heads, ctx.group_size, ctx.acc_floats, threads);
+  const Schedule schedule =
+      plan_schedule(requests, ctx.kv_heads, ctx.group_size, ctx.acc_floats, threads, forced_chunk);
   std::vector<float> partials(schedule.partial_floats);
   // With fewer threads than the pool, a grain of items / threads caps the chunks parallel_for makes.
   const std::size_t items = schedule.items.size();
@@ -873,7 +876,7 @@ Status attention_cpu(const LayerView& layer, std::span<const AttentionRequest> r
   ctx.scale = resolve_scale(options, layout.head_dim);
   ctx.sinks = options.sinks;
   PackedSource source(layer);
-  run_attention(source, ctx, shapes, options.threads);
+  run_attention(source, ctx, shapes, options.threads, options.chunk_tokens);
   return ok_status();
 }
 
@@ -906,7 +909,7 @@ Status dense_attention_f32(std::uint32_t head_dim, std::uint32_t kv_heads,
   ctx.scale = resolve_scale(options, head_dim);
   ctx.sinks = options.sinks;
   DenseSource source(head_dim, kv_heads, requests);
-  run_attention(source, ctx, shapes, options.threads);
+  run_attention(source, ctx, shapes, options.threads, options.chunk_tokens);
   return ok_status();
 }
 

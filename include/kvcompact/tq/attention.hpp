@@ -27,6 +27,10 @@ struct AttentionOptions {
   float scale = 0.0f;           // softmax scale; 0 means 1/√head_dim
   const float* sinks = nullptr;  // [q_heads] sink logits (e^sink joins the softmax denominator only), or null
   std::uint32_t threads = 0;    // worker threads; 0 = core/parallel.hpp's num_threads()
+  // Key chunking (flash-decoding). 0: automatic — split only when the (request, kv head, row block)
+  // groups alone cannot keep the threads busy, into chunks of ≥ 1024 tokens. Otherwise every group's keys
+  // are split into chunks of this many tokens. A tuning and testing knob: results agree up to rounding.
+  std::uint32_t chunk_tokens = 0;
 };
 
 // Read-only view of one attention layer's storage: what the CPU kernels see. TurboQuantCache builds it;

@@ -63,10 +63,10 @@ Batch make_batch(std::mt19937_64& rng, const TurboQuantCache& cache, std::uint32
 
 // Builds a one-layer cache holding the ragged lengths, runs the fast path and the oracle, compares.
 void check_against_oracle(std::uint64_t seed, std::uint32_t head_dim, std::uint32_t gqa, const char* mode,
-                          bool sinks_on, std::uint32_t window, std::uint32_t threads) {
+                          bool sinks_on, std::uint32_t window, std::uint32_t threads, std::uint32_t chunk = 0) {
   SCOPED_TRACE(::testing::Message() << "seed " << seed << " head_dim " << head_dim << " gqa " << gqa << " mode "
                                     << mode << " sinks " << sinks_on << " window " << window << " threads "
-                                    << threads);
+                                    << threads << " chunk " << chunk);
   std::mt19937_64 rng(seed);
   const std::uint32_t kv_heads = 2;
   const std::uint32_t q_heads = kv_heads * gqa;
@@ -99,6 +99,7 @@ void check_against_oracle(std::uint64_t seed, std::uint32_t head_dim, std::uint3
   options.q_heads = q_heads;
   options.sinks = sinks_on ? sinks.data() : nullptr;
   options.threads = threads;
+  options.chunk_tokens = chunk;
   auto status = cache->attention(0, batch.requests, options);
   ASSERT_TRUE(status.ok()) << status.error().to_string();
   auto reference = attention_oracle(cache->view(0), batch.requests, options);
@@ -121,7 +122,8 @@ TEST(TqAttention, FastPathMatchesFloat64OracleAcrossShapes) {
         const char* mode = kModes[combo % std::size(kModes)];
         const bool sinks = variant == 1;
         const std::uint32_t window = variant == 1 ? 32u : 0u;
-        check_against_oracle(seed + combo, head_dim, gqa, mode, sinks, window, 0);
+        // Short chunks on one variant: long sequences split and merge (flash-decoding) on both kernels.
+        check_against_oracle(seed + combo, head_dim, gqa, mode, sinks, window, 0, variant == 0 ? 100u : 0u);
         ++combo;
       }
     }
@@ -135,10 +137,11 @@ TEST(TqAttention, EveryModeSingleThreadAndFineChunks) {
     check_against_oracle(seed + combo, 64, 4, mode, combo % 2 == 0, combo % 3 == 0 ? 7u : 0u, 1);
     ++combo;
   }
-  // A bigger pool splits even short sequences into many chunks, exercising the log-sum-exp merge.
+  // A bigger pool and the shortest chunks split even short sequences into many chunks and merges.
   set_num_threads(7);
-  check_against_oracle(seed + 100, 128, 4, "k=prod3,v=mse2", true, 16, 0);
-  check_against_oracle(seed + 101, 64, 1, "k=mse4,v=mse3", false, 0, 0);
+  check_against_oracle(seed + 100, 128, 4, "k=prod3,v=mse2", true, 16, 0, 37);
+  check_against_oracle(seed + 101, 64, 1, "k=mse4,v=mse3", false, 0, 0, 64);
+  check_against_oracle(seed + 102, 64, 8, "k=prod5,v=mse3", true, 7, 0, 200);
   set_num_threads(0);
 }
 
@@ -175,6 +178,7 @@ TEST(TqAttention, DenseBaselineMatchesOracle) {
   AttentionOptions options;
   options.q_heads = q_heads;
   options.sinks = sinks.data();
+  options.chunk_tokens = 50;  // split and merge
   ASSERT_TRUE(dense_attention_f32(d, kv_heads, requests, options).ok());
   auto reference = dense_attention_oracle(d, kv_heads, oracle_requests, options);
   ASSERT_TRUE(reference.ok());

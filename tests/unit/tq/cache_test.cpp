@@ -376,6 +376,7 @@ struct TraceRunner {
     AttentionOptions options;
     options.q_heads = q_heads;
     options.sinks = rng() % 2 ? sinks.data() : nullptr;
+    options.chunk_tokens = rng() % 2 ? 0u : 16u;  // short chunks: split + merge even on short sequences
     auto status = cache.attention(layer, requests, options);
     ASSERT_TRUE(status.ok()) << status.error().to_string();
     auto expected = dense_attention_oracle(d, heads, model_requests, options);
