@@ -280,7 +280,9 @@ Status LayerRunner::run_span(Deepseek4Cache& cache, std::uint32_t layer, std::ui
     float* o = out + k * heads * kD;
     sparse_attention(o, in.q + k * heads * kD, heads, rows_.data(), rows_.size(), w.attn_sink, &cs, attention_);
   }
-  return check_finite(out, static_cast<std::size_t>(count) * heads * kD, fmt::format("layer {}'s output", layer));
+  Status finite = check_finite(out, static_cast<std::size_t>(count) * heads * kD, "the output");
+  if (!finite.ok()) return make_error(ErrorCode::NonFinite, "layer {}: {}", layer, finite.error().message);
+  return ok_status();
 }
 
 namespace {

@@ -60,7 +60,8 @@ class LayerRunner {
   std::uint64_t max_span_tokens = 2048;
 
   // The work of layer `layer` for the `count` tokens starting at cache.position(): no planning, no
-  // commit (the caller commits once every layer has run). out: [count, H, 512].
+  // commit (the caller commits once every layer has run; call it once per layer per step, since it
+  // advances the layer's compressor state in place). out: [count, H, 512].
   // Errors before anything is written leave the cache as it was: Poisoned, EmptyPrefill, ContextBound,
   // InvalidArgument (a missing tensor, heads 0, layer out of range), NonFinite (NaN / inf in an input).
   // Any failure after the first write (including a non-finite output) poisons the cache.
