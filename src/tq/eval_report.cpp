@@ -87,17 +87,21 @@ std::string format_eval_table(const EvalReport& r) {
                       rows);
   out += "\nAttention vs exact fp32 attention on the original KV (decode queries at the end of each context;\n"
          "rel err = ‖out − exact‖/‖exact‖ per query head; top-8 = overlap of the 8 most attended positions;\n"
-         "us = best time of one decode call, 1 row × all query heads; speedup = exact us / fast us)\n";
+         "us = best wall time of one decode call, 1 row × all query heads; speedup = exact us / fast us;\n"
+         "cpu = best process CPU time (us, all threads) of the same calls, steadier on a busy machine)\n";
   rows.clear();
   for (const EvalModeResult& m : r.modes) {
     for (const EvalContextResult& c : m.contexts) {
       rows.push_back({m.mode, fmt::format("{}", c.context), fmt::format("{:.4f}", c.rel_error_mean),
                       fmt::format("{:.4f}", c.rel_error_max), fmt::format("{:.3f}", c.top8_overlap),
                       fmt::format("{:.1f}", c.fast_us), fmt::format("{:.1f}", c.exact_us),
-                      fmt::format("{:.2f}x", c.speedup)});
+                      fmt::format("{:.2f}x", c.speedup), fmt::format("{:.1f}", c.fast_cpu_us),
+                      fmt::format("{:.1f}", c.exact_cpu_us), fmt::format("{:.2f}x", c.cpu_speedup)});
     }
   }
-  out += render_table({"mode", "context", "rel err", "max err", "top-8", "fast us", "exact us", "speedup"}, rows);
+  out += render_table({"mode", "context", "rel err", "max err", "top-8", "fast us", "exact us", "speedup",
+                       "fast cpu", "exact cpu", "cpu ratio"},
+                      rows);
   bool window = false;
   for (const EvalModeResult& m : r.modes) window = window || m.config.exact_window > 0;
   if (window) {
@@ -136,10 +140,12 @@ std::string format_eval_json(const EvalReport& r) {
     for (std::size_t k = 0; k < m.contexts.size(); ++k) {
       const EvalContextResult& c = m.contexts[k];
       out += fmt::format("{}{{\"context\": {}, \"rel_error_mean\": {}, \"rel_error_max\": {}, \"top8_overlap\": {}, "
-                         "\"fast_us\": {}, \"exact_us\": {}, \"speedup\": {}}}",
+                         "\"fast_us\": {}, \"exact_us\": {}, \"speedup\": {}, \"fast_cpu_us\": {}, "
+                         "\"exact_cpu_us\": {}, \"cpu_speedup\": {}}}",
                          k ? ", " : "", c.context, json_number(c.rel_error_mean), json_number(c.rel_error_max),
                          json_number(c.top8_overlap), json_number(c.fast_us), json_number(c.exact_us),
-                         json_number(c.speedup));
+                         json_number(c.speedup), json_number(c.fast_cpu_us), json_number(c.exact_cpu_us),
+                         json_number(c.cpu_speedup));
     }
     out += fmt::format("]}}{}\n", i + 1 < r.modes.size() ? "," : "");
   }
@@ -151,15 +157,16 @@ std::string format_eval_csv(const EvalReport& r) {
   std::string out =
       "mode,context,key_bits,value_bits,bytes_per_token_head,bf16_bytes_per_token_head,compression,"
       "key_dmse,key_dmse_theory,value_dmse,value_dmse_theory,ip_slope,ip_slope_theory,ip_var_d,ip_var_d_theory,"
-      "rel_error_mean,rel_error_max,top8_overlap,fast_us,exact_us,speedup\n";
+      "rel_error_mean,rel_error_max,top8_overlap,fast_us,exact_us,speedup,fast_cpu_us,exact_cpu_us,cpu_speedup\n";
   for (const EvalModeResult& m : r.modes) {
     for (const EvalContextResult& c : m.contexts) {
       out += fmt::format("{},{},{:.6g},{:.6g},{},{},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},"
-                         "{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g}\n",
+                         "{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g}\n",
                          csv_field(m.mode), c.context, m.key_bits, m.value_bits, m.bytes_per_token_head,
                          m.bf16_bytes_per_token_head, m.compression, m.key_dmse, m.key_dmse_theory, m.value_dmse,
                          m.value_dmse_theory, m.ip_slope, m.ip_slope_theory, m.ip_var_d, m.ip_var_d_theory,
-                         c.rel_error_mean, c.rel_error_max, c.top8_overlap, c.fast_us, c.exact_us, c.speedup);
+                         c.rel_error_mean, c.rel_error_max, c.top8_overlap, c.fast_us, c.exact_us, c.speedup,
+                         c.fast_cpu_us, c.exact_cpu_us, c.cpu_speedup);
     }
   }
   return out;

@@ -42,6 +42,10 @@ struct EvalContextResult {
   double fast_us = 0.0;         // the fast packed path
   double exact_us = 0.0;        // exact fp32 attention over the original f32 KV, same threads
   double speedup = 0.0;         // exact_us / fast_us (> 1: the packed path is faster)
+  // The same calls' best process CPU time (all threads): the work done, robust on a busy machine.
+  double fast_cpu_us = 0.0;
+  double exact_cpu_us = 0.0;
+  double cpu_speedup = 0.0;     // exact_cpu_us / fast_cpu_us
 };
 
 struct EvalModeResult {
