@@ -209,6 +209,8 @@ StateBuffer Deepseek4Cache::indexer_score_state(std::uint32_t layer) {
   return {std::span<float>(buffers.indexer_score_state), lp.indexer_state_rows, lp.indexer_state_cols};
 }
 
+#undef KVC_LAYER
+
 namespace {
 template <typename From, typename ToByte, typename S>
 RowBlock<ToByte, S> as_const(const RowBlock<From, S>& v) {
