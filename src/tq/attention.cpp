@@ -86,11 +86,7 @@ class CodeUnpacker {
     for (std::uint32_t g = 0; g < d / 8; ++g) {
       std::uint64_t word = 0;
       const std::uint8_t* group = codes + static_cast<std::size_t>(g) * bits_;
-      if (bits_ == 3) {
-        std::memcpy(&word, group, 3);  // little-endian host
-      } else {
-        std::memcpy(&word, group, 5);
-      }
+      for (std::uint32_t b = 0; b < bits_; ++b) word |= static_cast<std::uint64_t>(group[b]) << (8 * b);
       float* o = out + 8 * g;
       for (std::uint32_t k = 0; k < 8; ++k) o[k] = c[(word >> (k * bits_)) & mask];
     }
@@ -387,6 +383,20 @@ struct CodeCut {
   }
 };
 
+// 3 or 5 bits: 8 codes fill exactly BITS bytes; compile-time widths keep loads and shifts inline.
+template <std::uint32_t BITS, class Visit>
+inline void for_each_code(std::uint32_t positions, const std::uint8_t* codes, Visit&& visit) {
+  constexpr std::uint32_t kMask = (1u << BITS) - 1u;
+  for (std::uint32_t g = 0; g < positions / 8; ++g) {
+    // Assembled in a register from byte loads: a 3- or 5-byte memcpy into a stack word would stall on
+    // store-to-load forwarding when the word is read back whole.
+    const std::uint8_t* group = codes + static_cast<std::size_t>(g) * BITS;
+    std::uint64_t word = 0;
+    for (std::uint32_t b = 0; b < BITS; ++b) word |= static_cast<std::uint64_t>(group[b]) << (8 * b);
+    for (std::uint32_t k = 0; k < 8; ++k) visit(8 * g + k, static_cast<std::uint32_t>(word >> (k * BITS)) & kMask);
+  }
+}
+
 // Calls visit(position, index) for every position of one packed record.
 template <class Visit>
 inline void for_each_index(const CodeCut& cut, const std::uint8_t* codes, Visit&& visit) {
@@ -396,18 +406,10 @@ inline void for_each_index(const CodeCut& cut, const std::uint8_t* codes, Visit&
       visit(2 * byte, b & 15u);
       visit(2 * byte + 1, b >> 4);
     }
-    return;
-  }
-  // 3 or 5 bits: 8 codes fill exactly `bits` bytes; constant-size copies keep the loads inline.
-  for (std::uint32_t g = 0; g < cut.positions / 8; ++g) {
-    std::uint64_t word = 0;
-    const std::uint8_t* group = codes + static_cast<std::size_t>(g) * cut.bits;
-    if (cut.bits == 3) {
-      std::memcpy(&word, group, 3);  // little-endian host
-    } else {
-      std::memcpy(&word, group, 5);
-    }
-    for (std::uint32_t k = 0; k < 8; ++k) visit(8 * g + k, static_cast<std::uint32_t>(word >> (k * cut.bits)) & cut.mask);
+  } else if (cut.bits == 3) {
+    for_each_code<3>(cut.positions, codes, visit);
+  } else {
+    for_each_code<5>(cut.positions, codes, visit);
   }
 }
 
@@ -433,21 +435,36 @@ void build_table(const CodeCut& cut, const float* centroids_or_null, const float
   }
 }
 
+// GCC / Clang vector of LANES floats: lane-wise adds compile to packed SSE / AVX instructions. Loads and
+// stores go through memcpy, so table rows need no particular alignment.
+template <std::uint32_t LANES>
+struct LaneVec {
+  typedef float type __attribute__((vector_size(LANES * sizeof(float))));
+};
+
 template <std::uint32_t LANES>
 inline void table_sum(const CodeCut& cut, const float* table, const std::uint8_t* codes, float* out) {
-  float acc[LANES] = {};
+  using V = typename LaneVec<LANES>::type;
+  V acc = {};
   for_each_index(cut, codes, [&](std::uint32_t p, std::uint32_t v) {
-    const float* t = table + (static_cast<std::size_t>(p) * cut.entries + v) * LANES;
-    for (std::uint32_t l = 0; l < LANES; ++l) acc[l] += t[l];
+    V row;
+    std::memcpy(&row, table + (static_cast<std::size_t>(p) * cut.entries + v) * LANES, sizeof(V));
+    acc += row;
   });
-  for (std::uint32_t l = 0; l < LANES; ++l) out[l] = acc[l];
+  std::memcpy(out, &acc, sizeof(V));
 }
 
 template <std::uint32_t LANES>
 inline void histogram_add(const CodeCut& cut, float* hist, const std::uint8_t* codes, const float* w) {
+  using V = typename LaneVec<LANES>::type;
+  V weights;
+  std::memcpy(&weights, w, sizeof(V));
   for_each_index(cut, codes, [&](std::uint32_t p, std::uint32_t v) {
     float* h = hist + (static_cast<std::size_t>(p) * cut.entries + v) * LANES;
-    for (std::uint32_t l = 0; l < LANES; ++l) h[l] += w[l];
+    V row;
+    std::memcpy(&row, h, sizeof(V));
+    row += weights;
+    std::memcpy(h, &row, sizeof(V));
   });
 }
 
