@@ -376,9 +376,14 @@ Result<std::string> describe_anchor_image(std::span<const std::uint8_t> bytes) {
   };
   text += "DeepSeek-V4 anchor image\n";
   text += fmt::format("  version            {}\n", at(8, 4));
-  text += fmt::format("  model fingerprint  {:016x}\n", at(16, 8));
+  std::string known;
+  for (const std::string& name : preset_names()) {
+    if (preset_config(name)->fingerprint() == at(16, 8)) known = " (" + name + ")";
+  }
+  text += fmt::format("  model fingerprint  {:016x}{}\n", at(16, 8), known);
   text += fmt::format("  layers             {}\n", at(24, 4));
-  text += fmt::format("  head_dim / window / index_head_dim  {} / {} / {}\n", at(28, 4), at(32, 4), at(36, 4));
+  text += fmt::format("  shape              head_dim {}, sliding_window {}, index_head_dim {}\n", at(28, 4), at(32, 4),
+                      at(36, 4));
   text += fmt::format("  storage            attention {}, indexer {}\n", storage_text(attention_code, false),
                       storage_text(indexer_code, true));
   text += fmt::format("  source context     {}\n", at(48, 8));
