@@ -22,33 +22,39 @@ if [ -d .deps/usr ]; then
   EXTRA+=("-DCMAKE_PREFIX_PATH=$PWD/.deps/usr")
   export LD_LIBRARY_PATH="$PWD/.deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
 fi
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.total --format=csv 2>&1 | tee "$OUT/card.txt"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.total --format=csv 2>&1 | tee "$OUT/bench.log"
 echo "== configure + build"
 t0=$(date +%s)
 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DKVCOMPACT_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a \
-  -DKVCOMPACT_BUILD_BENCH=OFF "${EXTRA[@]}" > "$OUT/configure.log" 2>&1 || { tail -30 "$OUT/configure.log"; exit 1; }
-cmake --build "$BUILD" -j16 --target kvcompact_cuda_tests kvcompact_cuda_bench > "$OUT/build.log" 2>&1 \
+  -DKVCOMPACT_BUILD_BENCH=OFF "${EXTRA[@]}" > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
+cmake --build "$BUILD" -j16 --target kvcompact_cuda_tests kvcompact_cuda_bench >> "$OUT/build.log" 2>&1 \
   || { grep -E "error|Error" -A3 "$OUT/build.log" | head -60; exit 1; }
 echo "build: $(( $(date +%s) - t0 )) s"
 TESTS="$BUILD/tests/cuda/kvcompact_cuda_tests"
 BENCHBIN="$BUILD/src/cuda/bench/kvcompact_cuda_bench"
 echo "== GPU tests"
-"$TESTS" 2>&1 | tee "$OUT/tests.log" | grep -E "^\[ *(OK|FAILED|SKIPPED|PASSED) |Failure|error|Expected|Which|actual|differ" | head -80
-test_rc=${PIPESTATUS[0]}
+"$TESTS" > "$OUT/tests.log" 2>&1
+test_rc=$?
+grep -E "^\[ *(OK|FAILED|SKIPPED|PASSED) " "$OUT/tests.log" | head -40
+grep -E "Failure" -A7 "$OUT/tests.log" | head -80
+grep -E "^\[decode\]" "$OUT/tests.log" | head -30
+grep -E "^\[encode\]" "$OUT/tests.log" | grep -v " 0 records differ" | head -20
+echo "encode cases with identical bytes: $(grep -c " 0 records differ" "$OUT/tests.log") of $(grep -c "^\[encode\]" "$OUT/tests.log")"
 echo "tests exit code: $test_rc"
 if [ "$BENCH" = 1 ]; then
   echo "== kvcompact CUDA benchmark"
-  "$BENCHBIN" $QUICK --csv "$OUT/tq_bench.csv" 2>&1 | tee "$OUT/bench.log" | tail -40
+  "$BENCHBIN" $QUICK --csv "$OUT/tq_bench.csv" 2>&1 | tee -a "$OUT/bench.log" | tail -40
   echo "== torch SDPA bf16 baseline"
-  PYTHONUNBUFFERED=1 python3 scripts/gpu/sdpa_baseline.py $QUICK --csv "$OUT/sdpa.csv" 2>&1 | tee "$OUT/sdpa.log" | tail -30
+  PYTHONUNBUFFERED=1 python3 scripts/gpu/sdpa_baseline.py $QUICK --csv "$OUT/sdpa.csv" 2>&1 | tee -a "$OUT/bench.log" | tail -30
   echo "== report"
   python3 scripts/gpu/report.py "$OUT/tq_bench.csv" "$OUT/sdpa.csv" "$OUT/report.csv"
 fi
 if [ "$SANITIZE" = 1 ] && command -v compute-sanitizer > /dev/null; then
   for tool in memcheck racecheck; do
     echo "== compute-sanitizer $tool (CudaSmall.*)"
-    timeout "${SANITIZE_TIMEOUT:-150}" compute-sanitizer --tool "$tool" --error-exitcode 3 "$TESTS" --gtest_filter='CudaSmall.*' > "$OUT/sanitizer_$tool.log" 2>&1
-    echo "$tool exit code: $? ; $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY|hazard" "$OUT/sanitizer_$tool.log" | head -3 | tr '\n' ' ')"
+    timeout "${SANITIZE_TIMEOUT:-150}" compute-sanitizer --tool "$tool" --error-exitcode 3 "$TESTS" --gtest_filter='CudaSmall.*' > "$OUT/sanitizer_run.log" 2>&1
+    echo "$tool exit code: $? ; $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY|hazard|PASSED|FAILED" "$OUT/sanitizer_run.log" | head -4 | tr '\n' ' ')"
+    cat "$OUT/sanitizer_run.log" >> "$OUT/sanitizer.log"; rm -f "$OUT/sanitizer_run.log"
   done
 fi
 exit "$test_rc"

@@ -19,6 +19,7 @@ inline Error cuda_error(cudaError_t err, const char* statement, const char* file
   do {                                                                                      \
     const cudaError_t kvc_cuda_err_ = (stmt);                                               \
     if (kvc_cuda_err_ != cudaSuccess) {                                                     \
+      (void)cudaGetLastError(); /* clear a non-sticky error so later launches do not report it */ \
       return ::kvcompact::cuda::detail::cuda_error(kvc_cuda_err_, #stmt, __FILE__, __LINE__); \
     }                                                                                       \
   } while (0)

@@ -11,6 +11,7 @@
 namespace kvcompact::cuda::tq {
 
 namespace {
+constexpr std::uint64_t kMaxSplits = 4096;  // the merge kernel keeps one weight per split in shared memory
 std::uint64_t align256(std::uint64_t x) { return (x + 255u) & ~std::uint64_t{255}; }
 }  // namespace
 
@@ -48,15 +49,15 @@ Result<DecodePlan> plan_decode(const LayerLayout& layout, const kvcompact::tq::Q
   plan.max_length = max_length;
   const std::uint64_t head_groups = (q_heads / layout.kv_heads + kDecodeGroup - 1) / kDecodeGroup;
   const std::uint64_t base = std::max<std::uint64_t>(1, std::uint64_t{layout.sequences} * layout.kv_heads * head_groups);
-  // Enough blocks for about four resident waves of the chip, but at least 256 tokens per split.
-  const std::uint64_t want = (16ull * static_cast<std::uint64_t>(multiprocessors) + base - 1) / base;
+  // One resident wave (about four blocks per multiprocessor) in total, but at least 512 tokens per split: a
+  // split pays for its prologue (query rotation, lookup tables) and for its partial in the merge.
+  const std::uint64_t want = (4ull * static_cast<std::uint64_t>(multiprocessors) + base - 1) / base;
   const std::uint64_t length = std::max<std::uint64_t>(max_length, 1);
-  const std::uint64_t max_splits = std::max<std::uint64_t>(1, (length + 255) / 256);
-  std::uint64_t splits = std::clamp<std::uint64_t>(want, 1, max_splits);
+  const std::uint64_t max_splits = std::min<std::uint64_t>(kMaxSplits, (length + 511) / 512);
+  std::uint64_t splits = std::clamp<std::uint64_t>(want, 1, std::max<std::uint64_t>(1, max_splits));
   std::uint64_t chunk = (length + splits - 1) / splits;
   chunk = (chunk + kDecodeTile - 1) / kDecodeTile * kDecodeTile;
   splits = (length + chunk - 1) / chunk;
-  if (splits > 65535) return make_error(ErrorCode::Unsupported, "decode plan needs {} splits (max 65535)", splits);
   plan.chunk = static_cast<std::uint32_t>(chunk);
   plan.splits = static_cast<std::uint32_t>(splits);
   const std::uint64_t parts = std::uint64_t{layout.sequences} * q_heads * (splits + 1);

@@ -78,7 +78,10 @@ struct Shape {
   static constexpr unsigned prologue = 2 * kGroup * D * 4;
   static constexpr unsigned merge = 4 * (kGroup * D + 2 * kGroup) * 4;
   static constexpr unsigned main_area = std::max(kStages * stage, std::max(prologue, merge));
-  static constexpr unsigned lut_k = 4u << (2 * CB), lut_v = 4u << (2 * VB), lut_s = 16;
+  // Keys: CB ≤ 2 look a lane's 4 consecutive coordinates up at once (uint2 of two half2), wider codes a pair.
+  static constexpr bool quad_keys = CB <= 2;
+  static constexpr unsigned lut_k = quad_keys ? (8u << (4 * CB)) : (4u << (2 * CB));
+  static constexpr unsigned lut_v = 4u << (2 * VB), lut_s = 16 * 8;
   static constexpr unsigned qfrag = (D / 16) * 32 * 32, qscale = kGroup * 2 * 4;
   static constexpr unsigned total = main_area + lut_k + lut_v + lut_s + qfrag + qscale;
 };
@@ -104,9 +107,10 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(DecodeParams p) {
   using S = Shape<D, CB, VB>;
   extern __shared__ __align__(16) std::uint8_t smem[];
   std::uint8_t* main_area = smem;
-  std::uint32_t* lut_k = reinterpret_cast<std::uint32_t*>(smem + S::main_area);
-  std::uint32_t* lut_v = lut_k + (1u << (2 * CB));
-  std::uint32_t* lut_s = lut_v + (1u << (2 * VB));
+  std::uint32_t* lut_k = reinterpret_cast<std::uint32_t*>(smem + S::main_area);  // pairs (CB > 2)
+  uint2* lut_k4 = reinterpret_cast<uint2*>(lut_k);                                 // quads (CB ≤ 2)
+  std::uint32_t* lut_v = reinterpret_cast<std::uint32_t*>(smem + S::main_area + S::lut_k);
+  uint2* lut_s = reinterpret_cast<uint2*>(smem + S::main_area + S::lut_k + S::lut_v);
   uint4* qfrag = reinterpret_cast<uint4*>(reinterpret_cast<std::uint8_t*>(lut_s) + S::lut_s);
   float* qscale = reinterpret_cast<float*>(reinterpret_cast<std::uint8_t*>(qfrag) + S::qfrag);
 
@@ -135,14 +139,26 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(DecodeParams p) {
     return;
   }
 
-  // Lookup tables: a pair of adjacent codes -> half2 of their centroids (low half = lower coordinate / token).
-  for (unsigned i = tid; i < (1u << (2 * CB)); i += kThreads) {
-    lut_k[i] = pack_half2(t.key_centroids[i & ((1u << CB) - 1u)], t.key_centroids[i >> CB]);
+  // Lookup tables from packed code groups to fp16 centroids (low half = lower coordinate). Keys: a lane's
+  // 4 consecutive coordinates (CB ≤ 2) or a pair; signs: 4 bits -> four ±1; values: a pair of coordinates.
+  if constexpr (S::quad_keys) {
+    constexpr unsigned m = (1u << CB) - 1u;
+    for (unsigned i = tid; i < (1u << (4 * CB)); i += kThreads) {
+      lut_k4[i] = make_uint2(pack_half2(t.key_centroids[i & m], t.key_centroids[(i >> CB) & m]),
+                             pack_half2(t.key_centroids[(i >> (2 * CB)) & m], t.key_centroids[(i >> (3 * CB)) & m]));
+    }
+  } else {
+    for (unsigned i = tid; i < (1u << (2 * CB)); i += kThreads) {
+      lut_k[i] = pack_half2(t.key_centroids[i & ((1u << CB) - 1u)], t.key_centroids[i >> CB]);
+    }
   }
   for (unsigned i = tid; i < (1u << (2 * VB)); i += kThreads) {
     lut_v[i] = pack_half2(t.value_centroids[i & ((1u << VB) - 1u)], t.value_centroids[i >> VB]);
   }
-  if (tid < 4) lut_s[tid] = pack_half2((tid & 1u) ? 1.0f : -1.0f, (tid & 2u) ? 1.0f : -1.0f);
+  if (tid < 16) {
+    lut_s[tid] = make_uint2(pack_half2((tid & 1u) ? 1.0f : -1.0f, (tid & 2u) ? 1.0f : -1.0f),
+                            pack_half2((tid & 4u) ? 1.0f : -1.0f, (tid & 8u) ? 1.0f : -1.0f));
+  }
 
   // Query preparation: q_rot = R_p(q), q_jl = R_j(q_rot) for the block's heads, scaled to max |x| = 1 and
   // split into fp16 hi + lo parts laid out as the MMA's B fragments.
@@ -183,8 +199,10 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(DecodeParams p) {
     for (unsigned i = tid; i < (D / 16) * 32; i += kThreads) {
       const unsigned kk = i / 32, l = i % 32, hg8 = l >> 2, cc = l & 3u;
       for (unsigned which = 0; which < 2; ++which) {
-        const float* row = (which == 0 ? qrot : qjlb) + hg8 * D + 16 * kk + 2 * cc;
-        const float x0 = row[0], x1 = row[1], x8 = row[8], x9 = row[9];
+        // Lane (g, c) of k-step kk holds coordinates 16kk + 4c .. 4c+3 (the keys' A fragments use the same
+        // order: any permutation of the reduction index works when both operands share it).
+        const float* row = (which == 0 ? qrot : qjlb) + hg8 * D + 16 * kk + 4 * cc;
+        const float x0 = row[0], x1 = row[1], x8 = row[2], x9 = row[3];
         const __half2 h01 = __floats2half2_rn(x0, x1), h89 = __floats2half2_rn(x8, x9);
         const float2 f01 = __half22float2(h01), f89 = __half22float2(h89);
         uint4 v;
@@ -227,6 +245,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(DecodeParams p) {
   };
 
   float m_run[2] = {-INFINITY, -INFINITY};
+  float vscale = 0.0f;
   float l_run[2] = {0.0f, 0.0f};
   float acc[D / 16][4];
 #pragma unroll
@@ -245,38 +264,71 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(DecodeParams p) {
     const unsigned r0 = warp * 16 + g, r1 = r0 + 8;
     const bool v0 = r0 < valid, v1 = r1 < valid;
 
-    // Scores S[token, head] = K̃[16 × d] · Q[d × 8], code part and QJL part in separate accumulators.
-    float cc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    float cs[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    // Scores S[token, head] = K̃[16 × d] · Q[d × 8]; code and QJL parts, fp16 hi and lo parts of the query
+    // in separate accumulators (four independent MMA chains).
+    float ch[4] = {0.0f, 0.0f, 0.0f, 0.0f}, cl[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    float sh[4] = {0.0f, 0.0f, 0.0f, 0.0f}, sl[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     {
       const std::uint32_t* k0 = reinterpret_cast<const std::uint32_t*>(sb + sh_kc + r0 * S::kc_bpt);
       const std::uint32_t* k1 = reinterpret_cast<const std::uint32_t*>(sb + sh_kc + r1 * S::kc_bpt);
+      // Byte-aligned code groups are read with byte / half-word loads at compile-time offsets from a per-lane
+      // pointer; other widths go through the generic bit-field read.
+      const std::uint8_t* kb0 = sb + sh_kc + r0 * S::kc_bpt;
+      const std::uint8_t* kb1 = sb + sh_kc + r1 * S::kc_bpt;
+      auto key_group = [&](const std::uint8_t* row, const std::uint32_t* row32, int kk) -> std::uint32_t {
+        if constexpr (CB == 2) {
+          return row[4 * kk + c];
+        } else if constexpr (CB == 1) {
+          return (row[2 * kk + (c >> 1)] >> (4 * (c & 1u))) & 0xFu;
+        } else if constexpr (CB == 4) {
+          return *reinterpret_cast<const std::uint16_t*>(row + 8 * kk + 2 * c);
+        } else {
+          return field<4 * CB>(row32, (16 * kk + 4 * c) * CB);
+        }
+      };
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk) {
-        const std::uint32_t pa = (16 * kk + 2 * c) * CB, pb = (16 * kk + 2 * c + 8) * CB;
-        const std::uint32_t a0 = lut_k[field<2 * CB>(k0, pa)], a1 = lut_k[field<2 * CB>(k1, pa)];
-        const std::uint32_t a2 = lut_k[field<2 * CB>(k0, pb)], a3 = lut_k[field<2 * CB>(k1, pb)];
+        std::uint32_t a0, a1, a2, a3;
+        if constexpr (S::quad_keys) {
+          const uint2 x0 = lut_k4[key_group(kb0, k0, kk)], x1 = lut_k4[key_group(kb1, k1, kk)];
+          a0 = x0.x;
+          a2 = x0.y;
+          a1 = x1.x;
+          a3 = x1.y;
+        } else {
+          constexpr std::uint32_t m = (1u << (2 * CB)) - 1u;
+          const std::uint32_t f0 = key_group(kb0, k0, kk), f1 = key_group(kb1, k1, kk);
+          a0 = lut_k[f0 & m];
+          a2 = lut_k[f0 >> (2 * CB)];
+          a1 = lut_k[f1 & m];
+          a3 = lut_k[f1 >> (2 * CB)];
+        }
         const uint4 qb = qfrag[2 * (kk * 32 + lane)];
-        mma16816(cc, a0, a1, a2, a3, qb.x, qb.y);
-        mma16816(cc, a0, a1, a2, a3, qb.z, qb.w);
+        mma16816(ch, a0, a1, a2, a3, qb.x, qb.y);
+        mma16816(cl, a0, a1, a2, a3, qb.z, qb.w);
       }
     }
     float rho0 = 0.0f, rho1 = 0.0f;
     if (qjl) {
-      const std::uint32_t* s0 = reinterpret_cast<const std::uint32_t*>(sb + S::kc + sh_ks + r0 * S::ks_bpt);
-      const std::uint32_t* s1 = reinterpret_cast<const std::uint32_t*>(sb + S::kc + sh_ks + r1 * S::ks_bpt);
+      const std::uint8_t* s0 = sb + S::kc + sh_ks + r0 * S::ks_bpt + (c >> 1);
+      const std::uint8_t* s1 = sb + S::kc + sh_ks + r1 * S::ks_bpt + (c >> 1);
+      const unsigned sshift = 4 * (c & 1u);
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk) {
-        const std::uint32_t pa = 16 * kk + 2 * c, pb = 16 * kk + 2 * c + 8;
-        const std::uint32_t a0 = lut_s[field<2>(s0, pa)], a1 = lut_s[field<2>(s1, pa)];
-        const std::uint32_t a2 = lut_s[field<2>(s0, pb)], a3 = lut_s[field<2>(s1, pb)];
+        const uint2 x0 = lut_s[(s0[2 * kk] >> sshift) & 0xFu], x1 = lut_s[(s1[2 * kk] >> sshift) & 0xFu];
         const uint4 qb = qfrag[2 * (kk * 32 + lane) + 1];
-        mma16816(cs, a0, a1, a2, a3, qb.x, qb.y);
-        mma16816(cs, a0, a1, a2, a3, qb.z, qb.w);
+        mma16816(sh, x0.x, x1.x, x0.y, x1.y, qb.x, qb.y);
+        mma16816(sl, x0.x, x1.x, x0.y, x1.y, qb.z, qb.w);
       }
       const __half* rho = reinterpret_cast<const __half*>(sb + S::kc + S::ks + S::kn + sh_kr);
       rho0 = __half2float(rho[r0]);
       rho1 = __half2float(rho[r1]);
+    }
+    float cc[4], cs[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      cc[i] = ch[i] + cl[i];
+      cs[i] = sh[i] + sl[i];
     }
     const float* kn = reinterpret_cast<const float*>(sb + S::kc + S::ks + sh_kn);
     const float n0 = kn[r0], n1 = kn[r1];
@@ -305,45 +357,55 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(DecodeParams p) {
     l_run[1] = l_run[1] * al1 + pe[1] + pe[3];
     m_run[0] = mn0;
     m_run[1] = mn1;
-    if (!__all_sync(0xffffffffu, al0 == 1.0f && al1 == 1.0f)) {
-#pragma unroll
-      for (int jb = 0; jb < D / 16; ++jb) {
-        acc[jb][0] *= al0;
-        acc[jb][1] *= al1;
-        acc[jb][2] *= al0;
-        acc[jb][3] *= al1;
-      }
-    }
-
-    // Value norms go into P, relative to the tile's largest, so P stays in [0, 1] in fp16.
+    // Value norms go into P relative to a running scale vscale (acc holds Σ P'·V with P' = p·n_v / vscale),
+    // so P' stays in [0, 1] in fp16: vscale follows the tile maximum when it grows or drops 16×, and acc is
+    // rescaled together with the softmax rescale (rare once the maxima settle).
     const float* vn = reinterpret_cast<const float*>(sb + S::kc + S::ks + S::kn + S::kr + S::vc + sh_vn);
     const float nv0 = v0 ? vn[r0] : 0.0f, nv1 = v1 ? vn[r1] : 0.0f;
     float nvmax = fmaxf(nv0, nv1);
 #pragma unroll
     for (int o = 4; o < 32; o <<= 1) nvmax = fmaxf(nvmax, __shfl_xor_sync(0xffffffffu, nvmax, o));
-    const float inv = nvmax > 0.0f ? 1.0f / nvmax : 0.0f;
+    const float new_scale = (nvmax > vscale || nvmax * 16.0f < vscale) && nvmax > 0.0f ? nvmax : vscale;
+    const float ratio = vscale > 0.0f ? vscale / new_scale : 1.0f;
+    vscale = new_scale;
+    const float f0 = al0 * ratio, f1 = al1 * ratio;
+    if (!__all_sync(0xffffffffu, f0 == 1.0f && f1 == 1.0f)) {
+#pragma unroll
+      for (int jb = 0; jb < D / 16; ++jb) {
+        acc[jb][0] *= f0;
+        acc[jb][1] *= f1;
+        acc[jb][2] *= f0;
+        acc[jb][3] *= f1;
+      }
+    }
+    const float inv = vscale > 0.0f ? 1.0f / vscale : 0.0f;
     const std::uint32_t b0 = transpose8x8(pack_half2(pe[0] * nv0 * inv, pe[1] * nv0 * inv));
     const std::uint32_t b1 = transpose8x8(pack_half2(pe[2] * nv1 * inv, pe[3] * nv1 * inv));
 
-    // O[coord, head] += Vᵀ[16 coords × 16 tokens] · P'[16 tokens × 8 heads], in rotated space.
+    // O[coord, head] += Vᵀ[16 coords × 16 tokens] · P'[16 tokens × 8 heads], in rotated space. Row g of the
+    // A fragment is coordinate 16jb + 2g and row g + 8 is 16jb + 2g + 1, so one pair lookup per token gives
+    // both rows; two byte permutes put two tokens side by side.
     const std::uint8_t* vcb = sb + S::kc + S::ks + S::kn + S::kr + sh_vc + warp * 16 * S::vc_bpt;
     const std::uint32_t* va = reinterpret_cast<const std::uint32_t*>(vcb + (2 * c) * S::vc_bpt);
     const std::uint32_t* vb = reinterpret_cast<const std::uint32_t*>(vcb + (2 * c + 1) * S::vc_bpt);
     const std::uint32_t* vc8 = reinterpret_cast<const std::uint32_t*>(vcb + (2 * c + 8) * S::vc_bpt);
     const std::uint32_t* vd = reinterpret_cast<const std::uint32_t*>(vcb + (2 * c + 9) * S::vc_bpt);
+    auto value_pair = [&](const std::uint32_t* row32, int jb) -> std::uint32_t {
+      const std::uint8_t* row = reinterpret_cast<const std::uint8_t*>(row32);
+      if constexpr (VB == 2) {
+        return (row[4 * jb + (g >> 1)] >> (4 * (g & 1u))) & 0xFu;
+      } else if constexpr (VB == 4) {
+        return row[8 * jb + g];
+      } else {
+        return field<2 * VB>(row32, (16 * jb + 2 * g) * VB);
+      }
+    };
 #pragma unroll
     for (int jb = 0; jb < D / 16; ++jb) {
-      const std::uint32_t j0 = (16 * jb + g) * VB, j8 = (16 * jb + g + 8) * VB;
-      const std::uint32_t a0 = lut_v[field<VB>(va, j0) | (field<VB>(vb, j0) << VB)];
-      const std::uint32_t a1 = lut_v[field<VB>(va, j8) | (field<VB>(vb, j8) << VB)];
-      const std::uint32_t a2 = lut_v[field<VB>(vc8, j0) | (field<VB>(vd, j0) << VB)];
-      const std::uint32_t a3 = lut_v[field<VB>(vc8, j8) | (field<VB>(vd, j8) << VB)];
-      float tmp[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-      mma16816(tmp, a0, a1, a2, a3, b0, b1);
-      acc[jb][0] += tmp[0] * nvmax;
-      acc[jb][1] += tmp[1] * nvmax;
-      acc[jb][2] += tmp[2] * nvmax;
-      acc[jb][3] += tmp[3] * nvmax;
+      const std::uint32_t la = lut_v[value_pair(va, jb)], lb = lut_v[value_pair(vb, jb)];
+      const std::uint32_t lc = lut_v[value_pair(vc8, jb)], ld = lut_v[value_pair(vd, jb)];
+      mma16816(acc[jb], __byte_perm(la, lb, 0x5410), __byte_perm(la, lb, 0x7632), __byte_perm(lc, ld, 0x5410),
+               __byte_perm(lc, ld, 0x7632), b0, b1);
     }
   }
   cp_async_wait<0>();
@@ -367,10 +429,10 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(DecodeParams p) {
   float* mw = mo + warp * kGroup * D;
 #pragma unroll
   for (int jb = 0; jb < D / 16; ++jb) {
-    mw[(2 * c) * D + 16 * jb + g] = acc[jb][0];
-    mw[(2 * c + 1) * D + 16 * jb + g] = acc[jb][1];
-    mw[(2 * c) * D + 16 * jb + g + 8] = acc[jb][2];
-    mw[(2 * c + 1) * D + 16 * jb + g + 8] = acc[jb][3];
+    mw[(2 * c) * D + 16 * jb + 2 * g] = acc[jb][0] * vscale;
+    mw[(2 * c + 1) * D + 16 * jb + 2 * g] = acc[jb][1] * vscale;
+    mw[(2 * c) * D + 16 * jb + 2 * g + 1] = acc[jb][2] * vscale;
+    mw[(2 * c + 1) * D + 16 * jb + 2 * g + 1] = acc[jb][3] * vscale;
   }
   __syncthreads();
   for (std::uint32_t i = tid; i < nh * D; i += kThreads) {
@@ -450,38 +512,57 @@ __global__ void __launch_bounds__(kThreads) window_kernel(DecodeParams p) {
 }
 
 // Combines the splits' partials (rotated space) and the window partial (original space) with the sink,
-// applying R⁻¹ once. One warp per (sequence, query head).
+// applying R⁻¹ once. One block per (sequence, query head): warp w sums splits w, w + 4, ...
 __global__ void __launch_bounds__(kThreads) merge_kernel(DecodeParams p) {
-  extern __shared__ float msm[];  // [4][d]
-  const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
-  const std::uint64_t item = static_cast<std::uint64_t>(blockIdx.x) * 4 + warp;
-  if (item >= static_cast<std::uint64_t>(p.seqs) * p.q_heads) return;
+  extern __shared__ float msm[];  // [4][d] partial sums, then [splits] weights
+  __shared__ float red[kThreads / 32];
+  const unsigned tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5;
+  const std::uint64_t item = blockIdx.x;
   const std::uint32_t d = p.head_dim;
   const std::uint32_t qh = static_cast<std::uint32_t>(item % p.q_heads);
   const Tables& t = *p.tables;
-  float* x = msm + warp * d;
+  float* wts = msm + 4 * d;
   const std::uint64_t base = item * (p.splits + 1);
-  float m = p.sinks != nullptr ? p.sinks[qh] * 1.4426950408889634f : -INFINITY;
-  for (std::uint32_t s = 0; s <= p.splits; ++s) m = fmaxf(m, p.part_lse[base + s]);
+  const std::uint32_t parts = p.window > 0 ? p.splits + 1 : p.splits;  // the window partial is the last one
+  const float sink = p.sinks != nullptr ? p.sinks[qh] * 1.4426950408889634f : -INFINITY;
+  float m = -INFINITY;
+  for (std::uint32_t s = tid; s < parts; s += kThreads) m = fmaxf(m, p.part_lse[base + s]);
+  for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+  if (lane == 0) red[warp] = m;
+  __syncthreads();
+  m = fmaxf(fmaxf(fmaxf(red[0], red[1]), fmaxf(red[2], red[3])), sink);
+  __syncthreads();
   float* out = p.output + item * d;
   if (m == -INFINITY) {
-    for (std::uint32_t j = lane; j < d; j += 32) out[j] = 0.0f;
+    for (std::uint32_t j = tid; j < d; j += kThreads) out[j] = 0.0f;
     return;
   }
-  float l = p.sinks != nullptr ? exp2f(p.sinks[qh] * 1.4426950408889634f - m) : 0.0f;
-  for (std::uint32_t s = 0; s <= p.splits; ++s) l += exp2f(p.part_lse[base + s] - m);
-  for (std::uint32_t j = lane; j < d; j += 32) x[j] = 0.0f;
-  for (std::uint32_t s = 0; s < p.splits; ++s) {
-    const float f = exp2f(p.part_lse[base + s] - m);
-    if (f == 0.0f) continue;
-    const float* o = p.part_o + (base + s) * d;
-    for (std::uint32_t j = lane; j < d; j += 32) x[j] += f * o[j];
+  float l = 0.0f;
+  for (std::uint32_t s = tid; s < parts; s += kThreads) {
+    const float w = exp2f(p.part_lse[base + s] - m);
+    wts[s] = w;
+    l += w;
   }
+  for (int o = 16; o > 0; o >>= 1) l += __shfl_xor_sync(0xffffffffu, l, o);
+  if (lane == 0) red[warp] = l;
+  __syncthreads();
+  l = red[0] + red[1] + red[2] + red[3] + (sink == -INFINITY ? 0.0f : exp2f(sink - m));
+  float* x = msm + warp * d;
+  for (std::uint32_t j = lane; j < d; j += 32) x[j] = 0.0f;
+  for (std::uint32_t s = warp; s < p.splits; s += 4) {
+    const float w = wts[s];
+    if (w == 0.0f) continue;
+    const float* o = p.part_o + (base + s) * d;
+    for (std::uint32_t j = lane; j < d; j += 32) x[j] += w * o[j];
+  }
+  __syncthreads();
+  if (warp != 0) return;
+  for (std::uint32_t j = lane; j < d; j += 32) x[j] = x[j] + msm[d + j] + msm[2 * d + j] + msm[3 * d + j];
   __syncwarp();
   detail::warp_rotate_inverse(x, t, t.main_signs, lane);
-  const float fw = exp2f(p.part_lse[base + p.splits] - m);
+  const float fw = p.window > 0 ? wts[p.splits] : 0.0f;
   const float* ow = p.part_o + (base + p.splits) * d;
-  for (std::uint32_t j = lane; j < d; j += 32) out[j] = (x[j] + fw * ow[j]) / l;
+  for (std::uint32_t j = lane; j < d; j += 32) out[j] = (x[j] + (fw != 0.0f ? fw * ow[j] : 0.0f)) / l;
 }
 
 using KernelFn = void (*)(DecodeParams);
@@ -534,12 +615,15 @@ cudaError_t launch_decode(const DecodeParams& p, cudaStream_t stream) {
   fn<<<grid, kThreads, smem, stream>>>(p);
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return err;
-  const std::size_t wsmem = sizeof(float) * (p.head_dim + std::max<std::uint32_t>(p.window, 1));
-  window_kernel<<<dim3(p.q_heads, p.seqs), kThreads, wsmem, stream>>>(p);
-  err = cudaGetLastError();
-  if (err != cudaSuccess) return err;
+  if (p.window > 0) {
+    const std::size_t wsmem = sizeof(float) * (p.head_dim + p.window);
+    window_kernel<<<dim3(p.q_heads, p.seqs), kThreads, wsmem, stream>>>(p);
+    err = cudaGetLastError();
+    if (err != cudaSuccess) return err;
+  }
   const std::uint64_t items = std::uint64_t{p.seqs} * p.q_heads;
-  merge_kernel<<<static_cast<unsigned>((items + 3) / 4), kThreads, sizeof(float) * 4 * p.head_dim, stream>>>(p);
+  const std::size_t msmem = sizeof(float) * (4 * p.head_dim + p.splits + 1);
+  merge_kernel<<<static_cast<unsigned>(items), kThreads, msmem, stream>>>(p);
   return cudaGetLastError();
 }
 

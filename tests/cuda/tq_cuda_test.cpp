@@ -5,7 +5,9 @@
 // Every test skips with a message when no CUDA device is present.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -166,6 +168,9 @@ void check_encode(const std::string& mode, std::uint32_t d, DType dtype, std::ui
     mismatched_records += bad;
   }
   codes_total = slots * d * 2;
+  std::printf("[encode] %s d=%u %s: %llu codes, %llu records differ\n", mode.c_str(), d,
+              std::string(dtype_name(dtype)).c_str(), static_cast<unsigned long long>(codes_total),
+              static_cast<unsigned long long>(mismatched_records));
   // A difference can only come from the float64 summation order of a norm (docs/cuda.md): at most one
   // per 10^6 codes, and in practice none.
   EXPECT_LE(mismatched_records * 1000000ull, codes_total);
@@ -319,12 +324,16 @@ void check_decode(const DecodeCase& c, std::uint64_t seed) {
   options.sinks = c.sinks ? sinks.data() : nullptr;
   auto ref = take(kvcompact::tq::attention_oracle(view, requests, options));
   const std::size_t row = std::size_t{q_heads} * d;
+  double worst = 0.0;
   for (std::size_t r = 0; r < requests.size(); ++r) {
     const std::uint32_t seq = request_seq[r];
     std::vector<float> got(out.begin() + seq * row, out.begin() + (seq + 1) * row);
     const double err = max_row_relative_error(got, ref[r], row);
     EXPECT_LE(err, 1e-3) << "sequence " << seq << " length " << lengths[seq];
+    worst = std::isnan(err) ? err : std::max(worst, err);
   }
+  std::printf("[decode] %s d=%u group=%u sinks=%d window=%u splits=%u worst relative error %.3g\n", c.mode.c_str(),
+              d, c.group, c.sinks ? 1 : 0, c.window, plan.splits, worst);
   for (std::uint32_t seq = 0; seq < seqs; ++seq) {
     if (lengths[seq] != 0) continue;
     for (std::size_t j = 0; j < row; ++j) ASSERT_EQ(out[seq * row + j], 0.0f) << "empty sequence " << seq;
