@@ -3,6 +3,8 @@
 // which is what makes re-encoding a row the model already rounded lossless.
 #include "kvcompact/dsv4/storage.hpp"
 
+#include "kvcompact/dsv4/fp_sim.hpp"
+
 #include <algorithm>
 #include <array>
 #include <bit>
@@ -202,26 +204,15 @@ Status decode_indexer_row(std::span<const std::uint8_t> bytes, IndexerStorage st
   return make_error(ErrorCode::InvalidArgument, "unknown indexer storage {}", static_cast<int>(storage));
 }
 
+// The model's rounding lives in fp_sim (amax floors, float32 reciprocal scales); storage only delegates.
 void simulate_fp8_attention_row(std::span<float> row512) {
   KVC_ASSERT(row512.size() == kHeadDim, "simulate_fp8_attention_row needs 512 dims");
-  for (std::size_t b = 0; b < kFp8Blocks; ++b) {
-    auto block = row512.subspan(b * kFp8BlockDims, kFp8BlockDims);
-    const int e = scale_exp(block_scale_byte(block_amax(block), kE4m3Max));
-    for (float& v : block) {
-      if (std::isfinite(v)) v = decode_e4m3_scaled(encode_e4m3_scaled(v, e), e);
-    }
-  }
+  fp8_block_sim(row512.data(), kFp8Blocks * kFp8BlockDims, kFp8BlockDims);
 }
 
 void simulate_fp4_indexer_row(std::span<float> row128) {
   KVC_ASSERT(row128.size() == kIndexerHeadDim, "simulate_fp4_indexer_row needs 128 dims");
-  for (std::size_t b = 0; b < kFp4Blocks; ++b) {
-    auto block = row128.subspan(b * kFp4BlockDims, kFp4BlockDims);
-    const int e = scale_exp(block_scale_byte(block_amax(block), kE2m1Max));
-    for (float& v : block) {
-      if (std::isfinite(v)) v = decode_e2m1_scaled(encode_e2m1_scaled(v, e), e);
-    }
-  }
+  fp4_block_sim(row128.data(), kFp4Blocks * kFp4BlockDims, kFp4BlockDims);
 }
 
 }  // namespace kvcompact::dsv4

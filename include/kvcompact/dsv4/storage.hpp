@@ -81,8 +81,8 @@ Status decode_indexer_row(std::span<const std::uint8_t> bytes, IndexerStorage st
 
 // The model's rounding, applied in place (the tests' source of "already simulated" rows): e4m3 in
 // blocks of 64 over dims [0, 448) of a 512-wide row (dims [448, 512) are left alone), and e2m1 in
-// blocks of 32 over a 128-wide row, each with the power-of-two block scale above. Non-finite values
-// are left as they are.
+// blocks of 32 over a 128-wide row (no Hadamard here), with the model's power-of-two block scales —
+// both delegate to fp_sim.hpp (fp8_block_sim / fp4_block_sim), the single definition of that rounding.
 void simulate_fp8_attention_row(std::span<float> row512);
 void simulate_fp4_indexer_row(std::span<float> row128);
 
