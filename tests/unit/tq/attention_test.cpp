@@ -137,6 +137,10 @@ TEST(TqAttention, EveryModeSingleThreadAndFineChunks) {
     check_against_oracle(seed + combo, 64, 4, mode, combo % 2 == 0, combo % 3 == 0 ? 7u : 0u, 1);
     ++combo;
   }
+  // Head dims that are not powers of two (block-diagonal rotations; 3-bit groups and nibbles still align).
+  check_against_oracle(seed + 50, 80, 4, "k=prod4,v=mse3", true, 5, 0, 0);
+  check_against_oracle(seed + 51, 96, 2, "k=mse5,v=mse2,nc", false, 0, 0, 150);
+  check_against_oracle(seed + 52, 576, 1, "k=prod2,v=mse4", true, 0, 0, 0);
   // A bigger pool and the shortest chunks split even short sequences into many chunks and merges.
   set_num_threads(7);
   check_against_oracle(seed + 100, 128, 4, "k=prod3,v=mse2", true, 16, 0, 37);
