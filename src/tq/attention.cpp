@@ -2,16 +2,15 @@
 // baseline). One schedule serves both: work items are (request, kv head, block of query rows, key chunk);
 // each item runs an online softmax over its chunk and either finishes its rows directly or leaves a
 // partial (max, sum, accumulators) that a log-sum-exp merge combines — flash-decoding on the CPU, so one
-// long sequence still keeps every core busy. A KV head's key / value record is unpacked once per token
-// and reused by every query row and every query head of its GQA group while it is hot in L1.
+// long sequence still keeps every core busy. Packed records are scored through per-item lookup tables
+// that fold the queries of up to 8 (row, head) states of one KV head — its GQA group — into one vector add
+// per code nibble, so a token's record is read once for all of them.
 #include "kvcompact/tq/attention.hpp"
 
 #include <algorithm>
-#include <array>
 #include <cmath>
 #include <cstring>
 #include <limits>
-#include <type_traits>
 #include <vector>
 
 #include "kvcompact/core/assert.hpp"
@@ -27,15 +26,6 @@ constexpr std::uint32_t kBlockTokens = 64;  // tokens scored before one online-s
 constexpr std::uint32_t kRowBlock = 16;     // query rows that share one pass over the keys
 constexpr std::uint32_t kDefaultMinChunk = 1024;  // shortest key chunk: amortises per-item tables and the merge
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-
-// ±1.0f for the 8 QJL bits of a byte (bit k set ⇔ +1), so unpacking signs is one 32-byte copy per byte.
-const std::array<std::array<float, 8>, 256> kSignTable = [] {
-  std::array<std::array<float, 8>, 256> table{};
-  for (std::uint32_t byte = 0; byte < 256; ++byte) {
-    for (std::uint32_t k = 0; k < 8; ++k) table[byte][k] = ((byte >> k) & 1u) ? 1.0f : -1.0f;
-  }
-  return table;
-}();
 
 // Eight independent partial sums so the compiler can vectorise without reassociating on its own.
 inline float dot(const float* a, const float* b, std::uint32_t d) {
@@ -54,64 +44,16 @@ inline void scale_in_place(float s, float* y, std::uint32_t d) {
   for (std::uint32_t j = 0; j < d; ++j) y[j] *= s;
 }
 
-// Centroid values of one packed code stream. Widths dividing 8 go through a byte → floats table (one
-// copy per byte); 3 and 5 bits unpack groups of 8 codes (always byte aligned: 8·b bits).
-class CodeUnpacker {
- public:
-  void init(const Codebook& codebook) {
-    bits_ = codebook.bits();
-    const auto centroids = codebook.centroids_f32();
-    centroids_.assign(centroids.begin(), centroids.end());
-    if (8 % bits_ == 0) {
-      per_byte_ = 8 / bits_;
-      byte_table_.resize(256u * per_byte_);
-      const std::uint32_t mask = (1u << bits_) - 1u;
-      for (std::uint32_t byte = 0; byte < 256; ++byte) {
-        for (std::uint32_t k = 0; k < per_byte_; ++k) {
-          byte_table_[byte * per_byte_ + k] = centroids_[(byte >> (k * bits_)) & mask];
-        }
-      }
-    }
-  }
-
-  void unpack(const std::uint8_t* codes, std::uint32_t d, float* out) const {
-    if (per_byte_ != 0) {
-      const std::uint32_t bytes = d / per_byte_;
-      const std::size_t copy = per_byte_ * sizeof(float);
-      for (std::uint32_t i = 0; i < bytes; ++i) std::memcpy(out + i * per_byte_, &byte_table_[codes[i] * per_byte_], copy);
-      return;
-    }
-    const std::uint64_t mask = (1u << bits_) - 1u;
-    const float* c = centroids_.data();
-    for (std::uint32_t g = 0; g < d / 8; ++g) {
-      std::uint64_t word = 0;
-      const std::uint8_t* group = codes + static_cast<std::size_t>(g) * bits_;
-      for (std::uint32_t b = 0; b < bits_; ++b) word |= static_cast<std::uint64_t>(group[b]) << (8 * b);
-      float* o = out + 8 * g;
-      for (std::uint32_t k = 0; k < 8; ++k) o[k] = c[(word >> (k * bits_)) & mask];
-    }
-  }
-
- private:
-  std::uint32_t bits_ = 0;
-  std::uint32_t per_byte_ = 0;
-  std::vector<float> centroids_;
-  std::vector<float> byte_table_;
-};
-
 // ---- key / value sources --------------------------------------------------------------------------
-// A source turns (seq, kv head, position) into scores against prepared queries and into weighted value
-// sums. The kernel below is written once against this interface.
-
-// Packed TurboQuant records plus the exact window ring.
+// PackedSource gives the lookup-table kernel the packed records, the exact window ring and the codec's
+// rotations. DenseSource turns dense f32 rows into scores and weighted value sums for the generic kernel
+// (the exact baseline). Both finish a (row, head) from its accumulators.
 class PackedSource {
  public:
   PackedSource(const LayerView& view) : view_(view), layout_(*view.layout), codec_(*view.codec) {
     d_ = layout_.head_dim;
     qjl_ = codec_.config().has_qjl();
     qjl_scale_ = codec_.qjl_scale();
-    keys_.init(codec_.key_codebook());
-    values_.init(codec_.value_codebook());
   }
 
   std::uint32_t head_dim() const { return d_; }
@@ -133,62 +75,6 @@ class PackedSource {
   void prepare(const float* query, float* state) const {
     std::memcpy(state + 2 * d_, query, d_ * sizeof(float));
     codec_.prepare_query({query, d_}, {state, d_}, {state + d_, d_});
-  }
-
-  // Per-token scratch: unpacked centroids (+ signs) of a key, or of a value.
-  struct Token {
-    const float* exact = nullptr;  // the f32 row when the position is inside the exact window
-    float norm = 0.0f;
-    float rho_scaled = 0.0f;
-  };
-
-  void load_key(std::uint32_t seq, std::uint32_t head, std::uint32_t t, std::uint32_t exact_begin, Token& tok,
-                float* buf) const {
-    if (t >= exact_begin) {
-      tok.exact = window_row(layout_.window_keys_offset, seq, head, t);
-      return;
-    }
-    tok.exact = nullptr;
-    const std::uint64_t slot = layout_.slot(seq, head, t);
-    const std::uint8_t* data = view_.data;
-    keys_.unpack(data + layout_.key_codes_offset + slot * layout_.token.key_codes, d_, buf);
-    std::memcpy(&tok.norm, data + layout_.key_norms_offset + slot * 4, 4);
-    if (qjl_) {
-      const std::uint8_t* signs = data + layout_.key_signs_offset + slot * layout_.token.key_signs;
-      float* s = buf + d_;
-      for (std::uint32_t g = 0; g < d_ / 8; ++g) std::memcpy(s + 8 * g, kSignTable[signs[g]].data(), 32);
-      std::uint16_t rho_bits = 0;
-      std::memcpy(&rho_bits, data + layout_.key_residual_norms_offset + slot * 2, 2);
-      tok.rho_scaled = f16_to_f32(rho_bits) * qjl_scale_;
-    }
-  }
-
-  float score(const Token& tok, const float* buf, const float* state) const {
-    if (tok.exact != nullptr) return dot(state + 2 * d_, tok.exact, d_);
-    float code_sum = dot(state, buf, d_);
-    if (!qjl_) return tok.norm * code_sum;
-    return tok.norm * (code_sum + tok.rho_scaled * dot(state + d_, buf + d_, d_));
-  }
-
-  void load_value(std::uint32_t seq, std::uint32_t head, std::uint32_t t, std::uint32_t exact_begin, Token& tok,
-                  float* buf) const {
-    if (t >= exact_begin) {
-      tok.exact = window_row(layout_.window_values_offset, seq, head, t);
-      return;
-    }
-    tok.exact = nullptr;
-    const std::uint64_t slot = layout_.slot(seq, head, t);
-    values_.unpack(view_.data + layout_.value_codes_offset + slot * layout_.token.value_codes, d_, buf);
-    std::memcpy(&tok.norm, view_.data + layout_.value_norms_offset + slot * 4, 4);
-  }
-
-  // acc_rot gathers quantised values in rotated space, acc_exact the window's rows in model space.
-  void accumulate(const Token& tok, const float* buf, float p, float* acc_rot, float* acc_exact) const {
-    if (tok.exact != nullptr) {
-      axpy(p, tok.exact, acc_exact, d_);
-    } else {
-      axpy(p * tok.norm, buf, acc_rot, d_);
-    }
   }
 
   // out = (R⁻¹(acc_rot) + acc_exact) · inv_sum. acc_rot is used as scratch.
@@ -213,8 +99,6 @@ class PackedSource {
   std::uint32_t d_ = 0;
   bool qjl_ = false;
   float qjl_scale_ = 0.0f;
-  CodeUnpacker keys_;
-  CodeUnpacker values_;
 };
 
 // Dense f32 rows: exact attention with the same schedule, the baseline the packed path is timed against.
@@ -470,7 +354,8 @@ inline void histogram_add(const CodeCut& cut, float* hist, const std::uint8_t* c
 
 template <std::uint32_t LANES>
 void run_item_lut(const PackedSource& src, const KernelContext& ctx, std::span<const RequestShape> requests,
-                  const Schedule& schedule, const Item& item, float* partials) {
+                  const Schedule& schedule, const Item& item, float* partials, std::uint32_t first_state,
+                  std::uint32_t lane_count) {
   const Group& g = schedule.groups[item.group];
   const RequestShape& req = requests[g.request];
   const LayerLayout& lay = src.layout();
@@ -496,9 +381,9 @@ void run_item_lut(const PackedSource& src, const KernelContext& ctx, std::span<c
     float* st = prepared.data() + static_cast<std::size_t>(l) * 3 * d;
     q_rot[l] = st;
     q_jl[l] = st + d;
-    if (l >= states) continue;
-    const std::uint32_t i = g.row_begin + l / gs;
-    const std::uint32_t q_head = g.head * gs + l % gs;
+    if (l >= lane_count) continue;
+    const std::uint32_t i = g.row_begin + (first_state + l) / gs;
+    const std::uint32_t q_head = g.head * gs + (first_state + l) % gs;
     src.prepare(req.queries + (static_cast<std::size_t>(i) * ctx.q_heads + q_head) * d, st);
     last_visible[l] = req.first_position + i;
   }
@@ -506,11 +391,11 @@ void run_item_lut(const PackedSource& src, const KernelContext& ctx, std::span<c
   const CodeCut sign_cut = CodeCut::make(1, d);
   const CodeCut value_cut = CodeCut::make(codec.value_codebook().bits(), d);
   std::vector<float> key_table(static_cast<std::size_t>(key_cut.positions) * key_cut.entries * LANES);
-  build_table<LANES>(key_cut, codec.key_codebook().centroids_f32().data(), q_rot, states, key_table.data());
+  build_table<LANES>(key_cut, codec.key_codebook().centroids_f32().data(), q_rot, lane_count, key_table.data());
   std::vector<float> sign_table;
   if (src.qjl()) {
     sign_table.resize(static_cast<std::size_t>(sign_cut.positions) * sign_cut.entries * LANES);
-    build_table<LANES>(sign_cut, nullptr, q_jl, states, sign_table.data());
+    build_table<LANES>(sign_cut, nullptr, q_jl, lane_count, sign_table.data());
   }
   std::vector<float> hist(static_cast<std::size_t>(value_cut.positions) * value_cut.entries * LANES, 0.0f);
   std::vector<float> acc_exact(exact ? static_cast<std::size_t>(LANES) * d : 0, 0.0f);
@@ -551,11 +436,11 @@ void run_item_lut(const PackedSource& src, const KernelContext& ctx, std::span<c
         }
       }
       for (std::uint32_t l = 0; l < LANES; ++l) {
-        if (l >= states || t > last_visible[l]) sc[l] = kNegInf;
+        if (l >= lane_count || t > last_visible[l]) sc[l] = kNegInf;
       }
     }
     // Online softmax per lane; rescaling touches the lane's histogram column and exact accumulator.
-    for (std::uint32_t l = 0; l < states; ++l) {
+    for (std::uint32_t l = 0; l < lane_count; ++l) {
       float block_max = kNegInf;
       for (std::uint32_t j = 0; j < nb; ++j) block_max = std::max(block_max, scores[j][l]);
       const float new_max = std::max(m[l], block_max);
@@ -577,14 +462,14 @@ void run_item_lut(const PackedSource& src, const KernelContext& ctx, std::span<c
       }
       l_sum[l] += sum;
     }
-    for (std::uint32_t l = states; l < LANES; ++l) {
+    for (std::uint32_t l = lane_count; l < LANES; ++l) {
       for (std::uint32_t j = 0; j < nb; ++j) scores[j][l] = 0.0f;
     }
     for (std::uint32_t t = b0; t < b1; ++t) {
       const float* p = scores[t - b0];
       if (t >= exact_begin) {
         const float* v = src.window_row_ptr(lay.window_values_offset, req.key_id, g.head, t);
-        for (std::uint32_t l = 0; l < states; ++l) axpy(p[l], v, acc_exact.data() + static_cast<std::size_t>(l) * d, d);
+        for (std::uint32_t l = 0; l < lane_count; ++l) axpy(p[l], v, acc_exact.data() + static_cast<std::size_t>(l) * d, d);
         continue;
       }
       const std::uint64_t slot = lay.slot(req.key_id, g.head, t);
@@ -601,7 +486,7 @@ void run_item_lut(const PackedSource& src, const KernelContext& ctx, std::span<c
   float* partial_base =
       g.chunks > 1 ? partials + g.partial_offset + static_cast<std::uint64_t>(item.chunk) * states * ctx.acc_floats
                    : nullptr;
-  for (std::uint32_t l = 0; l < states; ++l) {
+  for (std::uint32_t l = 0; l < lane_count; ++l) {
     st[0] = m[l];
     st[1] = l_sum[l];
     float* acc = st.data() + 2;
@@ -616,13 +501,13 @@ void run_item_lut(const PackedSource& src, const KernelContext& ctx, std::span<c
       }
     }
     if (exact) std::memcpy(acc + d, acc_exact.data() + static_cast<std::size_t>(l) * d, d * sizeof(float));
-    const std::uint32_t i = g.row_begin + l / gs;
-    const std::uint32_t q_head = g.head * gs + l % gs;
+    const std::uint32_t i = g.row_begin + (first_state + l) / gs;
+    const std::uint32_t q_head = g.head * gs + (first_state + l) % gs;
     if (partial_base == nullptr) {
       finish_row(src, ctx, q_head, st[0], st[1], acc, exact ? acc + d : nullptr,
                  req.output + (static_cast<std::size_t>(i) * ctx.q_heads + q_head) * d);
     } else {
-      float* out = partial_base + static_cast<std::size_t>(l) * ctx.acc_floats;
+      float* out = partial_base + static_cast<std::size_t>(first_state + l) * ctx.acc_floats;
       if (m[l] == kNegInf) {
         out[0] = kNegInf;
         out[1] = 0.0f;
@@ -633,18 +518,31 @@ void run_item_lut(const PackedSource& src, const KernelContext& ctx, std::span<c
   }
 }
 
-template <class Source>
-void run_item(const Source& src, const KernelContext& ctx, std::span<const RequestShape> requests,
+// Packed records: up to 8 (row, head) states at a time through the lookup-table kernel; more states
+// (prefill blocks) take several passes over the chunk's records, which are small and stay in cache.
+void run_item(const PackedSource& src, const KernelContext& ctx, std::span<const RequestShape> requests,
+              const Schedule& schedule, const Item& item, float* partials) {
+  const Group& g = schedule.groups[item.group];
+  const std::uint32_t states = (g.row_end - g.row_begin) * ctx.group_size;
+  for (std::uint32_t first = 0; first < states; first += 8) {
+    const std::uint32_t lanes = std::min(8u, states - first);
+    if (lanes <= 4) {
+      run_item_lut<4>(src, ctx, requests, schedule, item, partials, first, lanes);
+    } else {
+      run_item_lut<8>(src, ctx, requests, schedule, item, partials, first, lanes);
+    }
+  }
+}
+
+// Dense rows: each token's key / value row is scored against / added to every row and head of the block
+// that sees it while it is hot in L1.
+void run_item(const DenseSource& src, const KernelContext& ctx, std::span<const RequestShape> requests,
               const Schedule& schedule, const Item& item, float* partials) {
   const Group& g = schedule.groups[item.group];
   const RequestShape& req = requests[g.request];
   const std::uint32_t d = ctx.d;
   const std::uint32_t gs = ctx.group_size;
-  if constexpr (std::is_same_v<Source, PackedSource>) {
-    const std::uint32_t lut_states = (g.row_end - g.row_begin) * gs;
-    if (lut_states <= 4) return run_item_lut<4>(src, ctx, requests, schedule, item, partials);
-    if (lut_states <= 8) return run_item_lut<8>(src, ctx, requests, schedule, item, partials);
-  }
+
   const std::uint32_t key_end_all = req.first_position + g.row_end;
   const std::uint32_t c0 = static_cast<std::uint32_t>(std::min<std::uint64_t>(
       static_cast<std::uint64_t>(item.chunk) * schedule.chunk_tokens, key_end_all));
@@ -662,7 +560,7 @@ void run_item(const Source& src, const KernelContext& ctx, std::span<const Reque
   std::vector<float> state(static_cast<std::size_t>(states) * ctx.acc_floats, 0.0f);
   std::vector<float> scores(static_cast<std::size_t>(states) * kBlockTokens);
   std::vector<float> token_buf(2 * static_cast<std::size_t>(d));
-  typename Source::Token tok;
+  DenseSource::Token tok;
 
   for (std::uint32_t i = row_first; i < g.row_end; ++i) {
     for (std::uint32_t k = 0; k < gs; ++k) {
