@@ -141,6 +141,9 @@ TEST(TqAttention, EveryModeSingleThreadAndFineChunks) {
   check_against_oracle(seed + 50, 80, 4, "k=prod4,v=mse3", true, 5, 0, 0);
   check_against_oracle(seed + 51, 96, 2, "k=mse5,v=mse2,nc", false, 0, 0, 150);
   check_against_oracle(seed + 52, 576, 1, "k=prod2,v=mse4", true, 0, 0, 0);
+  // The smallest head_dim, and a GQA group of 16 (two 8-lane passes even for one decode row).
+  check_against_oracle(seed + 53, 16, 16, "k=prod3,v=mse3", true, 3, 0, 0);
+  check_against_oracle(seed + 54, 64, 16, "k=mse3,v=mse2,nc", false, 0, 0, 128);
   // A bigger pool and the shortest chunks split even short sequences into many chunks and merges.
   set_num_threads(7);
   check_against_oracle(seed + 100, 128, 4, "k=prod3,v=mse2", true, 16, 0, 37);
