@@ -30,7 +30,7 @@ struct EncodeParams {
 // blocks × kEncodeWarps warps, one warp per (row, KV head, key-or-value) item.
 cudaError_t launch_encode(const EncodeParams& p, unsigned blocks, std::size_t smem, cudaStream_t stream);
 
-inline constexpr unsigned kDecodeTile = 64;     // tokens per pipeline stage (4 warps × 16)
+inline constexpr unsigned kDecodeTile = 128;    // tokens per pipeline stage (4 warps × 2 m-tiles × 16)
 inline constexpr unsigned kDecodeThreads = 128;
 inline constexpr unsigned kDecodeGroup = 8;     // query heads per block (the MMA's N)
 inline constexpr unsigned kMaxWindow = 8192;    // window scores live in shared memory
@@ -55,6 +55,8 @@ struct DecodeParams {
 std::uint32_t decode_smem_bytes(std::uint32_t head_dim, std::uint32_t key_code_bits, std::uint32_t value_bits);
 // Raises the kernel's dynamic shared-memory limit (host side, once per plan).
 cudaError_t prepare_decode(std::uint32_t head_dim, std::uint32_t key_code_bits, std::uint32_t value_bits);
+// Resident blocks of the fused kernel per multiprocessor (occupancy calculator; 0 when there is no kernel).
+int decode_blocks_per_sm(std::uint32_t head_dim, std::uint32_t key_code_bits, std::uint32_t value_bits);
 // The fused split kernel, the exact-window kernel and the merge kernel, in that order on `stream`.
 cudaError_t launch_decode(const DecodeParams& p, cudaStream_t stream);
 

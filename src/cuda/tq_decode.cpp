@@ -49,9 +49,12 @@ Result<DecodePlan> plan_decode(const LayerLayout& layout, const kvcompact::tq::Q
   plan.max_length = max_length;
   const std::uint64_t head_groups = (q_heads / layout.kv_heads + kDecodeGroup - 1) / kDecodeGroup;
   const std::uint64_t base = std::max<std::uint64_t>(1, std::uint64_t{layout.sequences} * layout.kv_heads * head_groups);
-  // One resident wave (about four blocks per multiprocessor) in total, but at least 512 tokens per split: a
-  // split pays for its prologue (query rotation, lookup tables) and for its partial in the merge.
-  const std::uint64_t want = (4ull * static_cast<std::uint64_t>(multiprocessors) + base - 1) / base;
+  // About four waves of resident blocks in total (a whole number of waves matters less then), but at least
+  // 512 tokens per split: a split pays for its prologue (query rotation, lookup tables) and its partial.
+  KVC_CUDA_TRY(detail::prepare_decode(layout.head_dim, config.key_code_bits(), config.value_bits));
+  const int per_sm = std::max(1, detail::decode_blocks_per_sm(layout.head_dim, config.key_code_bits(), config.value_bits));
+  const std::uint64_t slots = static_cast<std::uint64_t>(per_sm) * static_cast<std::uint64_t>(multiprocessors);
+  const std::uint64_t want = (4 * slots + base - 1) / base;
   const std::uint64_t length = std::max<std::uint64_t>(max_length, 1);
   const std::uint64_t max_splits = std::min<std::uint64_t>(kMaxSplits, (length + 511) / 512);
   std::uint64_t splits = std::clamp<std::uint64_t>(want, 1, std::max<std::uint64_t>(1, max_splits));
@@ -62,7 +65,6 @@ Result<DecodePlan> plan_decode(const LayerLayout& layout, const kvcompact::tq::Q
   plan.splits = static_cast<std::uint32_t>(splits);
   const std::uint64_t parts = std::uint64_t{layout.sequences} * q_heads * (splits + 1);
   plan.workspace_bytes = align256(parts * layout.head_dim * 4) + align256(parts * 4);
-  KVC_CUDA_TRY(detail::prepare_decode(layout.head_dim, config.key_code_bits(), config.value_bits));
   return plan;
 }
 

@@ -16,6 +16,8 @@ namespace kvcompact::cuda::tq::detail {
 namespace {
 
 constexpr unsigned kTile = kDecodeTile;
+constexpr int kMt = 2;                       // 16-token m-tiles per warp and stage
+constexpr unsigned kWarpTokens = 16 * kMt;   // tokens per warp and stage
 constexpr unsigned kStages = 3;  // cp.async pipeline depth
 constexpr unsigned kThreads = kDecodeThreads;
 constexpr unsigned kGroup = kDecodeGroup;
@@ -79,9 +81,12 @@ struct Shape {
   static constexpr unsigned merge = 4 * (kGroup * D + 2 * kGroup) * 4;
   static constexpr unsigned main_area = std::max(kStages * stage, std::max(prologue, merge));
   // Keys: CB ≤ 2 look a lane's 4 consecutive coordinates up at once (uint2 of two half2), wider codes a pair.
-  static constexpr bool quad_keys = CB <= 2;
-  static constexpr unsigned lut_k = quad_keys ? (8u << (4 * CB)) : (4u << (2 * CB));
-  static constexpr unsigned lut_v = 4u << (2 * VB), lut_s = 16 * 8;
+  // Lookup tables are replicated once per lane (entry e of lane l at word 32e + l, so bank l): any mix of
+  // indices across a warp is one shared-memory wavefront. Narrow codes look a pair of coordinates up at once
+  // (2^(2b) entries); 4- and 5-bit codes look single coordinates up and pair them with a byte permute.
+  static constexpr bool pair_keys = CB <= 3, pair_values = VB <= 3;
+  static constexpr unsigned lut_k = (pair_keys ? (1u << (2 * CB)) : (1u << CB)) * 128u;
+  static constexpr unsigned lut_v = (pair_values ? (1u << (2 * VB)) : (1u << VB)) * 128u, lut_s = 16 * 8;
   static constexpr unsigned qfrag = (D / 16) * 32 * 32, qscale = kGroup * 2 * 4;
   static constexpr unsigned total = main_area + lut_k + lut_v + lut_s + qfrag + qscale;
 };
@@ -107,8 +112,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(DecodeParams p) {
   using S = Shape<D, CB, VB>;
   extern __shared__ __align__(16) std::uint8_t smem[];
   std::uint8_t* main_area = smem;
-  std::uint32_t* lut_k = reinterpret_cast<std::uint32_t*>(smem + S::main_area);  // pairs (CB > 2)
-  uint2* lut_k4 = reinterpret_cast<uint2*>(lut_k);                                 // quads (CB ≤ 2)
+  std::uint32_t* lut_k = reinterpret_cast<std::uint32_t*>(smem + S::main_area);
   std::uint32_t* lut_v = reinterpret_cast<std::uint32_t*>(smem + S::main_area + S::lut_k);
   uint2* lut_s = reinterpret_cast<uint2*>(smem + S::main_area + S::lut_k + S::lut_v);
   uint4* qfrag = reinterpret_cast<uint4*>(reinterpret_cast<std::uint8_t*>(lut_s) + S::lut_s);
@@ -141,19 +145,22 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(DecodeParams p) {
 
   // Lookup tables from packed code groups to fp16 centroids (low half = lower coordinate). Keys: a lane's
   // 4 consecutive coordinates (CB ≤ 2) or a pair; signs: 4 bits -> four ±1; values: a pair of coordinates.
-  if constexpr (S::quad_keys) {
-    constexpr unsigned m = (1u << CB) - 1u;
-    for (unsigned i = tid; i < (1u << (4 * CB)); i += kThreads) {
-      lut_k4[i] = make_uint2(pack_half2(t.key_centroids[i & m], t.key_centroids[(i >> CB) & m]),
-                             pack_half2(t.key_centroids[(i >> (2 * CB)) & m], t.key_centroids[(i >> (3 * CB)) & m]));
+  {
+    constexpr unsigned km = (1u << CB) - 1u, vm = (1u << VB) - 1u;
+    constexpr unsigned nk = S::pair_keys ? (1u << (2 * CB)) : (1u << CB);
+    constexpr unsigned nv = S::pair_values ? (1u << (2 * VB)) : (1u << VB);
+    for (unsigned i = tid; i < nk * 32; i += kThreads) {
+      const unsigned e = i >> 5;
+      const float a = t.key_lut_scale;
+      lut_k[i] = S::pair_keys ? pack_half2(a * t.key_centroids[e & km], a * t.key_centroids[e >> CB])
+                              : pack_half2(a * t.key_centroids[e], 0.0f);
     }
-  } else {
-    for (unsigned i = tid; i < (1u << (2 * CB)); i += kThreads) {
-      lut_k[i] = pack_half2(t.key_centroids[i & ((1u << CB) - 1u)], t.key_centroids[i >> CB]);
+    for (unsigned i = tid; i < nv * 32; i += kThreads) {
+      const unsigned e = i >> 5;
+      const float a = t.value_lut_scale;
+      lut_v[i] = S::pair_values ? pack_half2(a * t.value_centroids[e & vm], a * t.value_centroids[e >> VB])
+                                : pack_half2(a * t.value_centroids[e], 0.0f);
     }
-  }
-  for (unsigned i = tid; i < (1u << (2 * VB)); i += kThreads) {
-    lut_v[i] = pack_half2(t.value_centroids[i & ((1u << VB) - 1u)], t.value_centroids[i >> VB]);
   }
   if (tid < 16) {
     lut_s[tid] = make_uint2(pack_half2((tid & 1u) ? 1.0f : -1.0f, (tid & 2u) ? 1.0f : -1.0f),
@@ -191,7 +198,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(DecodeParams p) {
         rowj[j] = rowj[j] / mj;
       }
       if (lane == 0) {
-        qscale[2 * hh] = mr;
+        qscale[2 * hh] = mr / t.key_lut_scale;
         qscale[2 * hh + 1] = mj * t.qjl_scale;
       }
     }
@@ -260,86 +267,111 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(DecodeParams p) {
     const std::uint8_t* sb = main_area + (tile % kStages) * S::stage;
     const std::uint32_t p0 = begin + tile * kTile;
     const std::uint32_t valid = min(kTile, end - p0);
-    if (warp * 16 >= valid) continue;
-    const unsigned r0 = warp * 16 + g, r1 = r0 + 8;
-    const bool v0 = r0 < valid, v1 = r1 < valid;
-
-    // Scores S[token, head] = K̃[16 × d] · Q[d × 8]; code and QJL parts, fp16 hi and lo parts of the query
-    // in separate accumulators (four independent MMA chains).
-    float ch[4] = {0.0f, 0.0f, 0.0f, 0.0f}, cl[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    float sh[4] = {0.0f, 0.0f, 0.0f, 0.0f}, sl[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    {
-      const std::uint32_t* k0 = reinterpret_cast<const std::uint32_t*>(sb + sh_kc + r0 * S::kc_bpt);
-      const std::uint32_t* k1 = reinterpret_cast<const std::uint32_t*>(sb + sh_kc + r1 * S::kc_bpt);
-      // Byte-aligned code groups are read with byte / half-word loads at compile-time offsets from a per-lane
-      // pointer; other widths go through the generic bit-field read.
-      const std::uint8_t* kb0 = sb + sh_kc + r0 * S::kc_bpt;
-      const std::uint8_t* kb1 = sb + sh_kc + r1 * S::kc_bpt;
-      auto key_group = [&](const std::uint8_t* row, const std::uint32_t* row32, int kk) -> std::uint32_t {
-        if constexpr (CB == 2) {
-          return row[4 * kk + c];
-        } else if constexpr (CB == 1) {
-          return (row[2 * kk + (c >> 1)] >> (4 * (c & 1u))) & 0xFu;
-        } else if constexpr (CB == 4) {
-          return *reinterpret_cast<const std::uint16_t*>(row + 8 * kk + 2 * c);
-        } else {
-          return field<4 * CB>(row32, (16 * kk + 4 * c) * CB);
-        }
-      };
+    if (warp * kWarpTokens >= valid) continue;
+    // The warp's kMt m-tiles of 16 tokens share every query fragment load and every softmax reduction.
+    unsigned r0[kMt], r1[kMt];
+    bool v0[kMt], v1[kMt];
 #pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk) {
+    for (int mt = 0; mt < kMt; ++mt) {
+      r0[mt] = warp * kWarpTokens + 16 * mt + g;
+      r1[mt] = r0[mt] + 8;
+      v0[mt] = r0[mt] < valid;
+      v1[mt] = r1[mt] < valid;
+    }
+
+    // Scores S[token, head] = K̃[16 × d] · Q[d × 8] per m-tile; code and QJL parts, fp16 hi and lo parts of the
+    // query in separate accumulators (independent MMA chains).
+    float ch[kMt][4], cl[kMt][4], sh[kMt][4], sl[kMt][4];
+#pragma unroll
+    for (int mt = 0; mt < kMt; ++mt) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) ch[mt][i] = cl[mt][i] = sh[mt][i] = sl[mt][i] = 0.0f;
+    }
+    // Byte-aligned code groups are read with byte / half-word loads at compile-time offsets from a per-row
+    // pointer; other widths go through the generic bit-field read.
+    auto key_group = [&](const std::uint8_t* row, int kk) -> std::uint32_t {
+      if constexpr (CB == 2) {
+        return row[4 * kk + c];
+      } else if constexpr (CB == 1) {
+        return (row[2 * kk + (c >> 1)] >> (4 * (c & 1u))) & 0xFu;
+      } else if constexpr (CB == 4) {
+        return *reinterpret_cast<const std::uint16_t*>(row + 8 * kk + 2 * c);
+      } else {
+        return field<4 * CB>(reinterpret_cast<const std::uint32_t*>(row), (16 * kk + 4 * c) * CB);
+      }
+    };
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const uint4 qb = qfrag[2 * (kk * 32 + lane)];
+#pragma unroll
+      for (int mt = 0; mt < kMt; ++mt) {
+        const std::uint8_t* kb0 = sb + sh_kc + r0[mt] * S::kc_bpt;
+        const std::uint8_t* kb1 = sb + sh_kc + r1[mt] * S::kc_bpt;
         std::uint32_t a0, a1, a2, a3;
-        if constexpr (S::quad_keys) {
-          const uint2 x0 = lut_k4[key_group(kb0, k0, kk)], x1 = lut_k4[key_group(kb1, k1, kk)];
-          a0 = x0.x;
-          a2 = x0.y;
-          a1 = x1.x;
-          a3 = x1.y;
-        } else {
+        const std::uint32_t f0 = key_group(kb0, kk), f1 = key_group(kb1, kk);
+        if constexpr (S::pair_keys) {
           constexpr std::uint32_t m = (1u << (2 * CB)) - 1u;
-          const std::uint32_t f0 = key_group(kb0, k0, kk), f1 = key_group(kb1, k1, kk);
-          a0 = lut_k[f0 & m];
-          a2 = lut_k[f0 >> (2 * CB)];
-          a1 = lut_k[f1 & m];
-          a3 = lut_k[f1 >> (2 * CB)];
+          a0 = lut_k[((f0 & m) << 5) | lane];
+          a2 = lut_k[((f0 >> (2 * CB)) << 5) | lane];
+          a1 = lut_k[((f1 & m) << 5) | lane];
+          a3 = lut_k[((f1 >> (2 * CB)) << 5) | lane];
+        } else {
+          constexpr std::uint32_t m = (1u << CB) - 1u;
+          auto pair = [&](std::uint32_t f, int q) {
+            return __byte_perm(lut_k[(((f >> (2 * q * CB)) & m) << 5) | lane],
+                               lut_k[(((f >> ((2 * q + 1) * CB)) & m) << 5) | lane], 0x5410);
+          };
+          a0 = pair(f0, 0);
+          a2 = pair(f0, 1);
+          a1 = pair(f1, 0);
+          a3 = pair(f1, 1);
         }
-        const uint4 qb = qfrag[2 * (kk * 32 + lane)];
-        mma16816(ch, a0, a1, a2, a3, qb.x, qb.y);
-        mma16816(cl, a0, a1, a2, a3, qb.z, qb.w);
+        mma16816(ch[mt], a0, a1, a2, a3, qb.x, qb.y);
+        mma16816(cl[mt], a0, a1, a2, a3, qb.z, qb.w);
       }
     }
-    float rho0 = 0.0f, rho1 = 0.0f;
+    float rho0[kMt], rho1[kMt];
+#pragma unroll
+    for (int mt = 0; mt < kMt; ++mt) rho0[mt] = rho1[mt] = 0.0f;
     if (qjl) {
-      const std::uint8_t* s0 = sb + S::kc + sh_ks + r0 * S::ks_bpt + (c >> 1);
-      const std::uint8_t* s1 = sb + S::kc + sh_ks + r1 * S::ks_bpt + (c >> 1);
       const unsigned sshift = 4 * (c & 1u);
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk) {
-        const uint2 x0 = lut_s[(s0[2 * kk] >> sshift) & 0xFu], x1 = lut_s[(s1[2 * kk] >> sshift) & 0xFu];
         const uint4 qb = qfrag[2 * (kk * 32 + lane) + 1];
-        mma16816(sh, x0.x, x1.x, x0.y, x1.y, qb.x, qb.y);
-        mma16816(sl, x0.x, x1.x, x0.y, x1.y, qb.z, qb.w);
+#pragma unroll
+        for (int mt = 0; mt < kMt; ++mt) {
+          const std::uint8_t* s0 = sb + S::kc + sh_ks + r0[mt] * S::ks_bpt + (c >> 1);
+          const std::uint8_t* s1 = sb + S::kc + sh_ks + r1[mt] * S::ks_bpt + (c >> 1);
+          const uint2 x0 = lut_s[(s0[2 * kk] >> sshift) & 0xFu], x1 = lut_s[(s1[2 * kk] >> sshift) & 0xFu];
+          mma16816(sh[mt], x0.x, x1.x, x0.y, x1.y, qb.x, qb.y);
+          mma16816(sl[mt], x0.x, x1.x, x0.y, x1.y, qb.z, qb.w);
+        }
       }
       const __half* rho = reinterpret_cast<const __half*>(sb + S::kc + S::ks + S::kn + sh_kr);
-      rho0 = __half2float(rho[r0]);
-      rho1 = __half2float(rho[r1]);
-    }
-    float cc[4], cs[4];
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      cc[i] = ch[i] + cl[i];
-      cs[i] = sh[i] + sl[i];
+      for (int mt = 0; mt < kMt; ++mt) {
+        rho0[mt] = __half2float(rho[r0[mt]]);
+        rho1[mt] = __half2float(rho[r1[mt]]);
+      }
     }
     const float* kn = reinterpret_cast<const float*>(sb + S::kc + S::ks + sh_kn);
-    const float n0 = kn[r0], n1 = kn[r1];
-    float sc[4];
-    sc[0] = v0 ? n0 * (qsr0 * cc[0] + rho0 * qsj0 * cs[0]) * p.scale_log2 : -INFINITY;
-    sc[1] = v0 ? n0 * (qsr1 * cc[1] + rho0 * qsj1 * cs[1]) * p.scale_log2 : -INFINITY;
-    sc[2] = v1 ? n1 * (qsr0 * cc[2] + rho1 * qsj0 * cs[2]) * p.scale_log2 : -INFINITY;
-    sc[3] = v1 ? n1 * (qsr1 * cc[3] + rho1 * qsj1 * cs[3]) * p.scale_log2 : -INFINITY;
+    float sc[kMt][4];
+#pragma unroll
+    for (int mt = 0; mt < kMt; ++mt) {
+      const float n0 = kn[r0[mt]], n1 = kn[r1[mt]];
+      sc[mt][0] = v0[mt] ? n0 * (qsr0 * (ch[mt][0] + cl[mt][0]) + rho0[mt] * qsj0 * (sh[mt][0] + sl[mt][0])) * p.scale_log2 : -INFINITY;
+      sc[mt][1] = v0[mt] ? n0 * (qsr1 * (ch[mt][1] + cl[mt][1]) + rho0[mt] * qsj1 * (sh[mt][1] + sl[mt][1])) * p.scale_log2 : -INFINITY;
+      sc[mt][2] = v1[mt] ? n1 * (qsr0 * (ch[mt][2] + cl[mt][2]) + rho1[mt] * qsj0 * (sh[mt][2] + sl[mt][2])) * p.scale_log2 : -INFINITY;
+      sc[mt][3] = v1[mt] ? n1 * (qsr1 * (ch[mt][3] + cl[mt][3]) + rho1[mt] * qsj1 * (sh[mt][3] + sl[mt][3])) * p.scale_log2 : -INFINITY;
+    }
 
-    // Online softmax per head column (heads 2c, 2c+1 of this lane; rows = tokens across g).
-    float mt0 = fmaxf(sc[0], sc[2]), mt1 = fmaxf(sc[1], sc[3]);
+    // Online softmax per head column (heads 2c, 2c+1 of this lane; rows = tokens across g and m-tiles).
+    float mt0 = -INFINITY, mt1 = -INFINITY;
+#pragma unroll
+    for (int mt = 0; mt < kMt; ++mt) {
+      mt0 = fmaxf(mt0, fmaxf(sc[mt][0], sc[mt][2]));
+      mt1 = fmaxf(mt1, fmaxf(sc[mt][1], sc[mt][3]));
+    }
 #pragma unroll
     for (int o = 4; o < 32; o <<= 1) {
       mt0 = fmaxf(mt0, __shfl_xor_sync(0xffffffffu, mt0, o));
@@ -348,24 +380,36 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(DecodeParams p) {
     const float mn0 = fmaxf(m_run[0], mt0), mn1 = fmaxf(m_run[1], mt1);
     const float al0 = mn0 == -INFINITY ? 1.0f : exp2f(m_run[0] - mn0);
     const float al1 = mn1 == -INFINITY ? 1.0f : exp2f(m_run[1] - mn1);
-    float pe[4];
-    pe[0] = sc[0] == -INFINITY ? 0.0f : exp2f(sc[0] - mn0);
-    pe[1] = sc[1] == -INFINITY ? 0.0f : exp2f(sc[1] - mn1);
-    pe[2] = sc[2] == -INFINITY ? 0.0f : exp2f(sc[2] - mn0);
-    pe[3] = sc[3] == -INFINITY ? 0.0f : exp2f(sc[3] - mn1);
-    l_run[0] = l_run[0] * al0 + pe[0] + pe[2];
-    l_run[1] = l_run[1] * al1 + pe[1] + pe[3];
+    float pe[kMt][4];
+    l_run[0] *= al0;
+    l_run[1] *= al1;
+#pragma unroll
+    for (int mt = 0; mt < kMt; ++mt) {
+      pe[mt][0] = sc[mt][0] == -INFINITY ? 0.0f : exp2f(sc[mt][0] - mn0);
+      pe[mt][1] = sc[mt][1] == -INFINITY ? 0.0f : exp2f(sc[mt][1] - mn1);
+      pe[mt][2] = sc[mt][2] == -INFINITY ? 0.0f : exp2f(sc[mt][2] - mn0);
+      pe[mt][3] = sc[mt][3] == -INFINITY ? 0.0f : exp2f(sc[mt][3] - mn1);
+      l_run[0] += pe[mt][0] + pe[mt][2];
+      l_run[1] += pe[mt][1] + pe[mt][3];
+    }
     m_run[0] = mn0;
     m_run[1] = mn1;
+
     // Value norms go into P relative to a running scale vscale (acc holds Σ P'·V with P' = p·n_v / vscale),
-    // so P' stays in [0, 1] in fp16: vscale follows the tile maximum when it grows or drops 16×, and acc is
+    // so P' stays in [0, 1] in fp16: vscale follows the tile maximum when it grows or drops 4×, and acc is
     // rescaled together with the softmax rescale (rare once the maxima settle).
     const float* vn = reinterpret_cast<const float*>(sb + S::kc + S::ks + S::kn + S::kr + S::vc + sh_vn);
-    const float nv0 = v0 ? vn[r0] : 0.0f, nv1 = v1 ? vn[r1] : 0.0f;
-    float nvmax = fmaxf(nv0, nv1);
+    float nv0[kMt], nv1[kMt];
+    float nvmax = 0.0f;
+#pragma unroll
+    for (int mt = 0; mt < kMt; ++mt) {
+      nv0[mt] = v0[mt] ? vn[r0[mt]] : 0.0f;
+      nv1[mt] = v1[mt] ? vn[r1[mt]] : 0.0f;
+      nvmax = fmaxf(nvmax, fmaxf(nv0[mt], nv1[mt]));
+    }
 #pragma unroll
     for (int o = 4; o < 32; o <<= 1) nvmax = fmaxf(nvmax, __shfl_xor_sync(0xffffffffu, nvmax, o));
-    const float new_scale = (nvmax > vscale || nvmax * 16.0f < vscale) && nvmax > 0.0f ? nvmax : vscale;
+    const float new_scale = (nvmax > vscale || nvmax * 4.0f < vscale) && nvmax > 0.0f ? nvmax : vscale;
     const float ratio = vscale > 0.0f ? vscale / new_scale : 1.0f;
     vscale = new_scale;
     const float f0 = al0 * ratio, f1 = al1 * ratio;
@@ -379,33 +423,52 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(DecodeParams p) {
       }
     }
     const float inv = vscale > 0.0f ? 1.0f / vscale : 0.0f;
-    const std::uint32_t b0 = transpose8x8(pack_half2(pe[0] * nv0 * inv, pe[1] * nv0 * inv));
-    const std::uint32_t b1 = transpose8x8(pack_half2(pe[2] * nv1 * inv, pe[3] * nv1 * inv));
 
-    // O[coord, head] += Vᵀ[16 coords × 16 tokens] · P'[16 tokens × 8 heads], in rotated space. Row g of the
-    // A fragment is coordinate 16jb + 2g and row g + 8 is 16jb + 2g + 1, so one pair lookup per token gives
-    // both rows; two byte permutes put two tokens side by side.
-    const std::uint8_t* vcb = sb + S::kc + S::ks + S::kn + S::kr + sh_vc + warp * 16 * S::vc_bpt;
-    const std::uint32_t* va = reinterpret_cast<const std::uint32_t*>(vcb + (2 * c) * S::vc_bpt);
-    const std::uint32_t* vb = reinterpret_cast<const std::uint32_t*>(vcb + (2 * c + 1) * S::vc_bpt);
-    const std::uint32_t* vc8 = reinterpret_cast<const std::uint32_t*>(vcb + (2 * c + 8) * S::vc_bpt);
-    const std::uint32_t* vd = reinterpret_cast<const std::uint32_t*>(vcb + (2 * c + 9) * S::vc_bpt);
-    auto value_pair = [&](const std::uint32_t* row32, int jb) -> std::uint32_t {
-      const std::uint8_t* row = reinterpret_cast<const std::uint8_t*>(row32);
+    // O[coord, head] += Vᵀ[16 coords × 16 tokens] · P'[16 tokens × 8 heads] per m-tile, in rotated space.
+    // Row g of the A fragment is coordinate 16jb + 2g and row g + 8 is 16jb + 2g + 1, so one pair lookup per
+    // token gives both rows; two byte permutes put two tokens side by side.
+    auto value_pair = [&](const std::uint8_t* row, int jb) -> std::uint32_t {
       if constexpr (VB == 2) {
         return (row[4 * jb + (g >> 1)] >> (4 * (g & 1u))) & 0xFu;
       } else if constexpr (VB == 4) {
         return row[8 * jb + g];
       } else {
-        return field<2 * VB>(row32, (16 * jb + 2 * g) * VB);
+        return field<2 * VB>(reinterpret_cast<const std::uint32_t*>(row), (16 * jb + 2 * g) * VB);
       }
     };
 #pragma unroll
-    for (int jb = 0; jb < D / 16; ++jb) {
-      const std::uint32_t la = lut_v[value_pair(va, jb)], lb = lut_v[value_pair(vb, jb)];
-      const std::uint32_t lc = lut_v[value_pair(vc8, jb)], ld = lut_v[value_pair(vd, jb)];
-      mma16816(acc[jb], __byte_perm(la, lb, 0x5410), __byte_perm(la, lb, 0x7632), __byte_perm(lc, ld, 0x5410),
-               __byte_perm(lc, ld, 0x7632), b0, b1);
+    for (int mt = 0; mt < kMt; ++mt) {
+      // P' = hi + lo in fp16 (two MMAs against the same V fragment): P' keeps ≈ 22 bits.
+      const float x0 = pe[mt][0] * nv0[mt] * inv, x1 = pe[mt][1] * nv0[mt] * inv;
+      const float x2 = pe[mt][2] * nv1[mt] * inv, x3 = pe[mt][3] * nv1[mt] * inv;
+      const __half2 h01 = __floats2half2_rn(x0, x1), h23 = __floats2half2_rn(x2, x3);
+      const float2 g01 = __half22float2(h01), g23 = __half22float2(h23);
+      const std::uint32_t b0 = transpose8x8(*reinterpret_cast<const std::uint32_t*>(&h01));
+      const std::uint32_t b1 = transpose8x8(*reinterpret_cast<const std::uint32_t*>(&h23));
+      const std::uint32_t c0 = transpose8x8(pack_half2(x0 - g01.x, x1 - g01.y));
+      const std::uint32_t c1 = transpose8x8(pack_half2(x2 - g23.x, x3 - g23.y));
+      const std::uint8_t* vcb = sb + S::kc + S::ks + S::kn + S::kr + sh_vc + (warp * kWarpTokens + 16 * mt) * S::vc_bpt;
+      const std::uint8_t* va = vcb + (2 * c) * S::vc_bpt;
+      const std::uint8_t* vb = vcb + (2 * c + 1) * S::vc_bpt;
+      const std::uint8_t* vc8 = vcb + (2 * c + 8) * S::vc_bpt;
+      const std::uint8_t* vd = vcb + (2 * c + 9) * S::vc_bpt;
+#pragma unroll
+      for (int jb = 0; jb < D / 16; ++jb) {
+        auto lookup = [&](std::uint32_t f) -> std::uint32_t {
+          if constexpr (S::pair_values) {
+            return lut_v[(f << 5) | lane];
+          } else {
+            constexpr std::uint32_t m = (1u << VB) - 1u;
+            return __byte_perm(lut_v[((f & m) << 5) | lane], lut_v[((f >> VB) << 5) | lane], 0x5410);
+          }
+        };
+        const std::uint32_t la = lookup(value_pair(va, jb)), lb = lookup(value_pair(vb, jb));
+        const std::uint32_t lc = lookup(value_pair(vc8, jb)), ld = lookup(value_pair(vd, jb));
+        const std::uint32_t a0 = __byte_perm(la, lb, 0x5410), a1 = __byte_perm(la, lb, 0x7632);
+        const std::uint32_t a2 = __byte_perm(lc, ld, 0x5410), a3 = __byte_perm(lc, ld, 0x7632);
+        mma16816(acc[jb], a0, a1, a2, a3, b0, b1);
+        mma16816(acc[jb], a0, a1, a2, a3, c0, c1);
+      }
     }
   }
   cp_async_wait<0>();
@@ -427,6 +490,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(DecodeParams p) {
     ml[warp * kGroup + 2 * c + 1] = l_run[1];
   }
   float* mw = mo + warp * kGroup * D;
+  vscale /= t.value_lut_scale;
 #pragma unroll
   for (int jb = 0; jb < D / 16; ++jb) {
     mw[(2 * c) * D + 16 * jb + 2 * g] = acc[jb][0] * vscale;
@@ -605,6 +669,17 @@ cudaError_t prepare_decode(std::uint32_t head_dim, std::uint32_t key_code_bits, 
   const KernelFn fn = pick_kernel(head_dim, key_code_bits, value_bits, &smem);
   if (fn == nullptr) return cudaErrorInvalidValue;
   return cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+}
+
+int decode_blocks_per_sm(std::uint32_t head_dim, std::uint32_t key_code_bits, std::uint32_t value_bits) {
+  std::uint32_t smem = 0;
+  const KernelFn fn = pick_kernel(head_dim, key_code_bits, value_bits, &smem);
+  int blocks = 0;
+  if (fn == nullptr || cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, fn, kThreads, smem) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return blocks;
 }
 
 cudaError_t launch_decode(const DecodeParams& p, cudaStream_t stream) {

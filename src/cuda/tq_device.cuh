@@ -20,6 +20,10 @@ struct Tables {
   std::uint32_t has_qjl;
   std::uint32_t norm_correction;
   float qjl_scale;  // √(π/(2d)) rounded to f32 (LayerCodec::qjl_scale)
+  // Scales α applied to the centroids before they are rounded to fp16 in the decode lookup tables, chosen so
+  // that every α·c_k is (nearly) an fp16 value; the kernel divides α out in fp32 (docs/cuda.md, "Precision").
+  float key_lut_scale;
+  float value_lut_scale;
   float key_centroids[32];
   float key_boundaries[32];
   double key_centroids_f64[32];
