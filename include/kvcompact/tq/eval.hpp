@@ -27,7 +27,7 @@ struct EvalOptions {
   std::uint32_t mse_vectors = 10000;  // random unit vectors per mode for D_mse
   std::uint64_t seed = 0;        // data and rotation seed
   std::uint32_t threads = 0;     // attention threads (0 = the pool's size)
-  bool quick = false;            // smaller defaults for smoke tests
+  bool quick = false;            // smoke run: contexts 1K / 4K, ≤ 4000 pairs, ≤ 1000 vectors, 5 ms timings
   double min_timing_ms = 60.0;   // each timing pair repeats until this much time has passed (and ≥ 5 runs)
   std::function<void(std::string_view)> progress;  // one line per step, or empty
 };
