@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -94,12 +95,20 @@ bench::FillRegions regions_of(const tq::LayerLayout& l) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string csv_path;
+  std::string csv_path, only_mode;
   bool quick = false;
+  unsigned only_batch = 0, only_ctx = 0;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--csv") == 0 && i + 1 < argc) csv_path = argv[++i];
     if (std::strcmp(argv[i], "--quick") == 0) quick = true;
+    // --only MODE BATCH CONTEXT: one decode case and nothing else (for the profiler).
+    if (std::strcmp(argv[i], "--only") == 0 && i + 3 < argc) {
+      only_mode = argv[++i];
+      only_batch = static_cast<unsigned>(std::atoi(argv[++i]));
+      only_ctx = static_cast<unsigned>(std::atoi(argv[++i]));
+    }
   }
+  const bool only = !only_mode.empty();
   if (cuda::device_count() == 0) {
     std::fprintf(stderr, "no CUDA device\n");
     return 1;
@@ -111,8 +120,8 @@ int main(int argc, char** argv) {
   if (csv != nullptr) std::fprintf(csv, "kind,mode,batch,context,us,bytes,gbps,bf16_bytes,splits\n");
 
   // Roofline: device-to-device copy of 4 GiB, counting bytes read + written.
-  double copy_gbps = 0.0;
-  {
+  double copy_gbps = 1.0;
+  if (!only) {
     const std::uint64_t n = 4ull << 30;
     auto src = take(cuda::DeviceBuffer::allocate(n), "allocate copy src");
     auto dst = take(cuda::DeviceBuffer::allocate(n), "allocate copy dst");
@@ -132,8 +141,13 @@ int main(int argc, char** argv) {
     batches = {1, 8};
     contexts = {4096, 32768};
   }
+  if (only) {
+    batches = {only_batch};
+    contexts = {only_ctx};
+  }
   std::printf("\n%-12s %5s %7s %5s %10s %12s %9s %7s\n", "mode", "batch", "context", "split", "us", "bytes", "GB/s", "%copy");
   for (const Mode& mode : modes) {
+    if (only && only_mode != mode.name) continue;
     auto codec = take(tq::LayerCodec::create(head_dim, mode.config, 0), "LayerCodec::create");
     auto dcodec = take(cuda::tq::DeviceCodec::create(codec), "DeviceCodec::create");
     for (std::uint32_t batch : batches) {
@@ -180,7 +194,7 @@ int main(int argc, char** argv) {
       }
     }
     // Encode: 32768 tokens × 8 KV heads of bf16 keys and values (one prefill of a Llama-3-8B layer).
-    {
+    if (!only) {
       const std::uint32_t rows = quick ? 4096 : 32768;
       auto layout = take(tq::plan_layer_layout(head_dim, kv_heads, 1, rows, mode.config), "plan_layer_layout");
       auto layer = take(cuda::DeviceBuffer::allocate(cuda::tq::layer_buffer_bytes(layout)), "allocate layer");

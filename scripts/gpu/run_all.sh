@@ -49,6 +49,17 @@ if [ "$BENCH" = 1 ]; then
   echo "== report"
   python3 scripts/gpu/report.py "$OUT/tq_bench.csv" "$OUT/sdpa.csv" "$OUT/report.csv"
 fi
+if [ "$BENCH" = 1 ] && command -v ncu > /dev/null; then
+  # One profile of the fused decode kernel (seed mode, batch 32, 32K): speed of light, memory, compute,
+  # warp stalls, occupancy. Clocks are left alone (--clock-control none).
+  echo "== ncu: decode_kernel, seed 32 x 32768"
+  timeout "${PROFILE_TIMEOUT:-120}" ncu --clock-control none -k regex:decode_kernel --launch-skip 3 --launch-count 1 \
+    --section SpeedOfLight --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
+    --section WarpStateStats --section Occupancy --section LaunchStats \
+    "$BENCHBIN" --only seed 32 32768 > "$OUT/ncu.txt" 2>&1
+  echo "ncu exit code: $?"
+  grep -E "Duration|Memory Throughput|DRAM Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Registers Per|Shared Memory Configuration Size|Issue Slots Busy|Executed Ipc Active|L1/TEX Hit|Stall|Warp Cycles Per Issued|Theoretical Occupancy|Block Limit" "$OUT/ncu.txt" | head -40
+fi
 if [ "$SANITIZE" = 1 ] && command -v compute-sanitizer > /dev/null; then
   for tool in memcheck racecheck; do
     echo "== compute-sanitizer $tool (CudaSmall.*)"
