@@ -36,9 +36,12 @@ void write_code(std::uint8_t* codes, std::uint32_t j, std::uint32_t bits, std::u
 namespace {
 
 // Loads the b bytes holding codes 8g .. 8g+7 (a group of 8 codes is always byte aligned).
+// Assembled from byte loads: a runtime-sized memcpy becomes a library call and, for 3- and 5-bit codes,
+// a store-forwarding stall.
 inline std::uint64_t load_code_group(const std::uint8_t* codes, std::uint32_t group, std::uint32_t bits) {
+  const std::uint8_t* bytes = codes + static_cast<std::size_t>(group) * bits;
   std::uint64_t word = 0;
-  std::memcpy(&word, codes + static_cast<std::size_t>(group) * bits, bits);  // little-endian host assumed
+  for (std::uint32_t i = 0; i < bits; ++i) word |= static_cast<std::uint64_t>(bytes[i]) << (8 * i);
   return word;
 }
 

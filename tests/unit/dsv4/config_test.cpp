@@ -10,14 +10,13 @@
 
 #include <gtest/gtest.h>
 
+#include "golden_dir.hpp"
+
 namespace kvcompact::dsv4 {
 namespace {
 
 std::string golden_path(const std::string& name) {
-  // ctest sets KVCOMPACT_TEST_DATA; a binary run by hand finds the folder beside this source file.
-  const char* root = std::getenv("KVCOMPACT_TEST_DATA");
-  std::string base = root != nullptr ? std::string(root) : (std::filesystem::path(__FILE__).parent_path() / "../../golden").string();
-  return base + "/dsv4/" + name;
+  return (testing_support::golden_dir() / "dsv4" / name).string();
 }
 
 std::string read_text(const std::string& path) {

@@ -4,6 +4,8 @@
 // the script's integer formula, regenerated here bit for bit.
 #include <gtest/gtest.h>
 
+#include "golden_dir.hpp"
+
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -21,10 +23,7 @@ using testutil::same_values;
 using testutil::to_f64;
 
 nlohmann::json load_golden() {
-  // ctest sets KVCOMPACT_TEST_DATA; a binary run by hand finds the folder beside this source file.
-  const char* root = std::getenv("KVCOMPACT_TEST_DATA");
-  const std::filesystem::path base =
-      root != nullptr ? std::filesystem::path(root) : std::filesystem::path(__FILE__).parent_path() / "../../golden";
+  const std::filesystem::path base = testing_support::golden_dir();
   std::ifstream in(base / "dsv4" / "math_golden.json");
   EXPECT_TRUE(in.good()) << "cannot open " << (base / "dsv4" / "math_golden.json");
   return nlohmann::json::parse(in);

@@ -3,6 +3,8 @@
 // the process-wide cache, and the empirical D_mse of rotate → quantise → reconstruct on random unit vectors.
 #include <gtest/gtest.h>
 
+#include "golden_dir.hpp"
+
 #include <array>
 #include <bit>
 #include <cmath>
@@ -395,10 +397,9 @@ std::vector<GoldenBook> read_golden(const std::string& text) {
 }
 
 TEST(Codebook, MatchesTheIndependentGoldenSolver) {
-  const char* dir = std::getenv("KVCOMPACT_TEST_DATA");
-  ASSERT_NE(dir, nullptr) << "KVCOMPACT_TEST_DATA must point at tests/golden";
-  std::ifstream in(std::string(dir) + "/codebooks.json");
-  ASSERT_TRUE(in) << "cannot open " << dir << "/codebooks.json";
+  const auto path = testing_support::golden_dir() / "codebooks.json";
+  std::ifstream in(path);
+  ASSERT_TRUE(in) << "cannot open " << path;
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   const auto books = read_golden(text);
   ASSERT_EQ(books.size(), 50u);
