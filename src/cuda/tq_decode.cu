@@ -125,7 +125,9 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(DecodeParams p) {
   const std::uint32_t kvh = blockIdx.y / p.head_groups;
   const std::uint32_t hg = blockIdx.y % p.head_groups;
   const std::uint32_t split = blockIdx.x;
-  const std::uint32_t length = p.lengths[seq];
+  // Lengths come from device memory; clamping to the capacity keeps every read inside the layer buffer even
+  // for a length the caller got wrong (the documented precondition is length ≤ plan.max_length ≤ capacity).
+  const std::uint32_t length = min(p.lengths[seq], p.capacity);
   const std::uint32_t wb = p.window_begins != nullptr ? p.window_begins[seq] : 0u;
   const std::uint32_t qend = exact_begin(length, wb, p.window);
   const std::uint32_t begin = split * p.chunk;
@@ -523,7 +525,7 @@ __global__ void __launch_bounds__(kThreads) window_kernel(DecodeParams p) {
   const std::uint32_t seq = blockIdx.y, qh = blockIdx.x;
   const std::uint32_t d = p.head_dim;
   const unsigned tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5;
-  const std::uint32_t length = p.lengths[seq];
+  const std::uint32_t length = min(p.lengths[seq], p.capacity);
   const std::uint32_t wb = p.window_begins != nullptr ? p.window_begins[seq] : 0u;
   const std::uint32_t first = exact_begin(length, wb, p.window);
   const std::uint32_t n = length - first;
