@@ -1,0 +1,77 @@
+// DeviceCache: a GPU-resident TurboQuant KV cache with the CPU TurboQuantCache's semantics (contiguous
+// appends, capacity, exact window ring, truncate / reset, per-layer snapshots with the same bytes) and fused
+// decode attention. Host-side bookkeeping; data moves only through the kernels of kvcompact/cuda/tq.hpp.
+// No CUDA header is included; device pointers are plain pointers, streams are void*.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "kvcompact/core/dtypes.hpp"
+#include "kvcompact/core/error.hpp"
+#include "kvcompact/cuda/runtime.hpp"
+#include "kvcompact/cuda/tq.hpp"
+#include "kvcompact/tq/cache.hpp"
+
+namespace kvcompact::cuda::tq {
+
+class DeviceCache {
+ public:
+  // Same shape and config rules as tq::TurboQuantCache::create; every layer buffer is allocated (checked) and
+  // zeroed: layer_buffer_bytes(layout) each (planned bytes + kLayerBufferSlack).
+  static Result<DeviceCache> create(const kvcompact::tq::CacheShape& shape, const kvcompact::tq::QuantConfig& config);
+
+  DeviceCache(DeviceCache&&) noexcept;
+  DeviceCache& operator=(DeviceCache&&) noexcept;
+  ~DeviceCache();
+
+  const kvcompact::tq::QuantConfig& config() const { return config_; }
+  std::uint32_t num_layers() const { return static_cast<std::uint32_t>(layers_.size()); }
+  std::uint32_t head_dim() const { return head_dim_; }
+  std::uint32_t sequences() const { return sequences_; }
+  std::uint32_t capacity() const { return capacity_; }
+  std::uint32_t kv_heads(std::uint32_t layer) const;
+  std::uint32_t length(std::uint32_t layer, std::uint32_t seq) const;
+  const LayerLayout* layout(std::uint32_t layer) const;  // null for non-attention layers
+  // Device bytes of all layer buffers (planned bytes + documented slack per layer).
+  std::uint64_t device_bytes() const;
+
+  // Appends `rows` tokens at `position` of (layer, seq); keys / values are DEVICE arrays [rows, kv_heads,
+  // head_dim] of F32, F16 or BF16. Same checks and errors as the CPU cache (OutOfRange for a non-contiguous
+  // position, CapacityExceeded, NonFinite / OutOfRange for bad input). It waits for the encode to finish and
+  // advances the length only when the kernel reported no bad input (two-phase: device work, then commit).
+  Status append(std::uint32_t layer, std::uint32_t seq, std::uint32_t position, std::uint32_t rows, DType dtype,
+                const void* keys, const void* values, void* stream = nullptr);
+
+  Status truncate(std::uint32_t seq, std::uint32_t position);
+  Status truncate_layer(std::uint32_t layer, std::uint32_t seq, std::uint32_t position);
+  Status reset(std::uint32_t seq);
+  void reset_all();
+
+  // Byte-identical to tq::TurboQuantCache::snapshot of a CPU cache that received the same operations.
+  Result<kvcompact::tq::LayerSnapshot> snapshot(std::uint32_t layer, std::uint32_t seq) const;
+  Status restore(std::uint32_t layer, std::uint32_t seq, const kvcompact::tq::LayerSnapshot& snapshot);
+
+  // Decode attention for every sequence of `layer` (one query row each, at position length − 1). Plan once
+  // per (layer, q_heads, max_length); decode allocates nothing. queries / sinks / output are device arrays.
+  Result<DecodePlan> plan_decode(std::uint32_t layer, std::uint32_t q_heads, std::uint32_t max_length) const;
+  Status decode(std::uint32_t layer, const DecodePlan& plan, const float* queries, const float* sinks, float scale,
+                float* output, void* workspace, void* stream = nullptr) const;
+
+ private:
+  struct Layer;
+  DeviceCache() = default;
+  Status check_layer_seq(std::uint32_t layer, std::uint32_t seq, bool need_attention) const;
+  Status sync_positions(std::uint32_t layer);
+
+  kvcompact::tq::QuantConfig config_{};
+  std::uint32_t head_dim_ = 0;
+  std::uint32_t sequences_ = 0;
+  std::uint32_t capacity_ = 0;
+  int multiprocessors_ = 1;
+  std::vector<std::unique_ptr<Layer>> layers_;
+  DeviceBuffer status_;  // one encode status word
+};
+
+}  // namespace kvcompact::cuda::tq

@@ -1,0 +1,398 @@
+// DeviceCache: host bookkeeping (lengths, window starts) of a GPU-resident TurboQuant cache whose layer buffers
+// live on the device; appends run the encode kernel and commit only after it completed without bad input,
+// snapshots and restores copy the same bytes as the CPU cache (docs/cuda.md, "DeviceCache").
+#include "kvcompact/cuda/tq_cache.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include "check.hpp"
+#include "kvcompact/tq/attention.hpp"
+#include "kvcompact/tq/codec.hpp"
+
+namespace kvcompact::cuda::tq {
+
+namespace ktq = kvcompact::tq;
+
+namespace {
+bool same_config(const ktq::QuantConfig& a, const ktq::QuantConfig& b) {
+  return a.key_mode == b.key_mode && a.key_bits == b.key_bits && a.value_bits == b.value_bits &&
+         a.norm_correction == b.norm_correction && a.seed == b.seed && a.exact_window == b.exact_window;
+}
+}  // namespace
+
+struct DeviceCache::Layer {
+  std::uint32_t kv_heads = 0;
+  LayerLayout layout{};
+  std::unique_ptr<DeviceCodec> codec;
+  DeviceBuffer data;                        // [layer_buffer_bytes(layout)]
+  std::vector<std::uint32_t> lengths;       // host copies
+  std::vector<std::uint32_t> window_begins;
+  DeviceBuffer device_lengths;              // device mirrors for decode
+  DeviceBuffer device_window_begins;
+};
+
+DeviceCache::DeviceCache(DeviceCache&&) noexcept = default;
+DeviceCache& DeviceCache::operator=(DeviceCache&&) noexcept = default;
+DeviceCache::~DeviceCache() = default;
+
+Result<DeviceCache> DeviceCache::create(const ktq::CacheShape& shape, const ktq::QuantConfig& config) {
+  KVC_TRY(config.validate());
+  KVC_TRY(ktq::validate_head_dim(shape.head_dim));
+  if (shape.kv_heads.empty()) {
+    return make_error(ErrorCode::InvalidArgument, "a cache needs at least one layer (kv_heads is empty)");
+  }
+  if (shape.sequences == 0 || shape.capacity == 0) {
+    return make_error(ErrorCode::InvalidArgument, "a cache needs sequences and capacity > 0 (got {}, {})",
+                      shape.sequences, shape.capacity);
+  }
+  DeviceCache cache;
+  cache.config_ = config;
+  cache.head_dim_ = shape.head_dim;
+  cache.sequences_ = shape.sequences;
+  cache.capacity_ = shape.capacity;
+  KVC_ASSIGN_OR_RETURN(DeviceProperties props, device_properties(0));
+  cache.multiprocessors_ = props.multiprocessors;
+  KVC_ASSIGN_OR_RETURN(cache.status_, DeviceBuffer::allocate(4));
+  for (std::uint32_t l = 0; l < shape.kv_heads.size(); ++l) {
+    auto layer = std::make_unique<Layer>();
+    layer->kv_heads = shape.kv_heads[l];
+    if (layer->kv_heads > 0) {
+      KVC_ASSIGN_OR_RETURN(layer->layout, ktq::plan_layer_layout(shape.head_dim, layer->kv_heads, shape.sequences,
+                                                                 shape.capacity, config));
+      KVC_ASSIGN_OR_RETURN(ktq::LayerCodec codec, ktq::LayerCodec::create(shape.head_dim, config, l));
+      KVC_ASSIGN_OR_RETURN(DeviceCodec dcodec, DeviceCodec::create(codec));
+      layer->codec = std::make_unique<DeviceCodec>(std::move(dcodec));
+      KVC_ASSIGN_OR_RETURN(layer->data, DeviceBuffer::allocate(layer_buffer_bytes(layer->layout)));
+      KVC_TRY(layer->data.fill(0));
+      layer->lengths.assign(shape.sequences, 0);
+      layer->window_begins.assign(shape.sequences, 0);
+      KVC_ASSIGN_OR_RETURN(layer->device_lengths, DeviceBuffer::allocate(4ull * shape.sequences));
+      KVC_ASSIGN_OR_RETURN(layer->device_window_begins, DeviceBuffer::allocate(4ull * shape.sequences));
+    }
+    cache.layers_.push_back(std::move(layer));
+    KVC_TRY(cache.sync_positions(l));
+  }
+  return Result<DeviceCache>(std::move(cache));
+}
+
+std::uint32_t DeviceCache::kv_heads(std::uint32_t layer) const {
+  return layer < layers_.size() ? layers_[layer]->kv_heads : 0u;
+}
+
+std::uint32_t DeviceCache::length(std::uint32_t layer, std::uint32_t seq) const {
+  if (layer >= layers_.size() || seq >= sequences_ || layers_[layer]->kv_heads == 0) return 0;
+  return layers_[layer]->lengths[seq];
+}
+
+const LayerLayout* DeviceCache::layout(std::uint32_t layer) const {
+  if (layer >= layers_.size() || layers_[layer]->kv_heads == 0) return nullptr;
+  return &layers_[layer]->layout;
+}
+
+std::uint64_t DeviceCache::device_bytes() const {
+  std::uint64_t total = 0;
+  for (const auto& l : layers_) total += l->data.size();
+  return total;
+}
+
+Status DeviceCache::check_layer_seq(std::uint32_t layer, std::uint32_t seq, bool need_attention) const {
+  if (layer >= layers_.size()) {
+    return make_error(ErrorCode::OutOfRange, "layer {} is outside the cache's {} layers", layer, layers_.size());
+  }
+  if (seq >= sequences_) {
+    return make_error(ErrorCode::OutOfRange, "sequence {} is outside the cache's {} sequences", seq, sequences_);
+  }
+  if (need_attention && layers_[layer]->kv_heads == 0) {
+    return make_error(ErrorCode::InvalidArgument, "layer {} has no attention (0 KV heads)", layer);
+  }
+  return ok_status();
+}
+
+Status DeviceCache::sync_positions(std::uint32_t layer) {
+  Layer& l = *layers_[layer];
+  if (l.kv_heads == 0) return ok_status();
+  KVC_TRY(l.device_lengths.upload(l.lengths.data(), 4ull * sequences_));
+  KVC_TRY(l.device_window_begins.upload(l.window_begins.data(), 4ull * sequences_));
+  return ok_status();
+}
+
+Status DeviceCache::append(std::uint32_t layer, std::uint32_t seq, std::uint32_t position, std::uint32_t rows,
+                           DType dtype, const void* keys, const void* values, void* stream) {
+  KVC_TRY(check_layer_seq(layer, seq, true));
+  Layer& l = *layers_[layer];
+  const std::uint32_t length = l.lengths[seq];
+  if (position != length) {
+    Error e = make_error(ErrorCode::OutOfRange,
+                         "append to layer {} sequence {} at position {}, but its length is {} (appends must be "
+                         "contiguous; truncate first to rewrite)",
+                         layer, seq, position, length);
+    e.expected = length;
+    e.actual = position;
+    return e;
+  }
+  if (static_cast<std::uint64_t>(position) + rows > capacity_) {
+    Error e = make_error(ErrorCode::CapacityExceeded,
+                         "append of {} rows at position {} of layer {} sequence {} exceeds the capacity {}", rows,
+                         position, layer, seq, capacity_);
+    e.expected = capacity_;
+    e.actual = static_cast<std::int64_t>(position) + rows;
+    return e;
+  }
+  if (rows == 0) return ok_status();
+  if (dtype != DType::F32 && dtype != DType::F16 && dtype != DType::BF16) {
+    return make_error(ErrorCode::Unsupported, "append takes f32, f16 or bf16 rows, not {}", dtype_name(dtype));
+  }
+  if (keys == nullptr || values == nullptr) {
+    return make_error(ErrorCode::InvalidArgument, "append of {} rows with null keys or values", rows);
+  }
+  KVC_CUDA_TRY(cudaMemsetAsync(status_.data(), 0, 4, static_cast<cudaStream_t>(stream)));
+  EncodeRequest req;
+  req.seq = seq;
+  req.position = position;
+  req.rows = rows;
+  req.dtype = dtype;
+  req.keys = keys;
+  req.values = values;
+  req.status = static_cast<std::uint32_t*>(status_.data());
+  KVC_TRY(encode_append(l.layout, *l.codec, l.data.data(), req, stream));
+  std::uint32_t flags = 0;
+  KVC_CUDA_TRY(cudaMemcpyAsync(&flags, status_.data(), 4, cudaMemcpyDeviceToHost, static_cast<cudaStream_t>(stream)));
+  KVC_CUDA_TRY(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
+  if (flags != 0) {
+    // Nothing becomes visible (the length stays), but the kernel may have written exact-window ring slots that
+    // held rows still inside the window: from now on those positions use their quantised records.
+    if (l.layout.exact_window > 0) {
+      l.window_begins[seq] = length;
+      KVC_TRY(sync_positions(layer));
+    }
+    if (flags & kEncodeNonFinite) {
+      return make_error(ErrorCode::NonFinite,
+                        "append to layer {} sequence {} at position {}: a key or value coordinate is NaN or inf",
+                        layer, seq, position);
+    }
+    return make_error(ErrorCode::OutOfRange,
+                      "append to layer {} sequence {} at position {}: a norm exceeds the float32 range", layer, seq,
+                      position);
+  }
+  l.lengths[seq] = position + rows;
+  return sync_positions(layer);
+}
+
+Status DeviceCache::truncate_layer(std::uint32_t layer, std::uint32_t seq, std::uint32_t position) {
+  KVC_TRY(check_layer_seq(layer, seq, false));
+  Layer& l = *layers_[layer];
+  if (l.kv_heads == 0) return ok_status();
+  const std::uint32_t length = l.lengths[seq];
+  if (position >= length) return ok_status();
+  const std::uint32_t w = l.layout.exact_window;
+  if (w > 0) {
+    // Same rule as the CPU cache: of the ring's rows [max(window_begin, length − W), length) those below
+    // `position` survive.
+    const std::uint32_t recent = length > w ? length - w : 0u;
+    l.window_begins[seq] = std::min(position, std::max(l.window_begins[seq], recent));
+  }
+  l.lengths[seq] = position;
+  return sync_positions(layer);
+}
+
+Status DeviceCache::truncate(std::uint32_t seq, std::uint32_t position) {
+  if (seq >= sequences_) {
+    return make_error(ErrorCode::OutOfRange, "sequence {} is outside the cache's {} sequences", seq, sequences_);
+  }
+  for (std::uint32_t l = 0; l < layers_.size(); ++l) KVC_TRY(truncate_layer(l, seq, position));
+  return ok_status();
+}
+
+Status DeviceCache::reset(std::uint32_t seq) {
+  if (seq >= sequences_) {
+    return make_error(ErrorCode::OutOfRange, "sequence {} is outside the cache's {} sequences", seq, sequences_);
+  }
+  for (std::uint32_t i = 0; i < layers_.size(); ++i) {
+    Layer& l = *layers_[i];
+    if (l.kv_heads == 0) continue;
+    l.lengths[seq] = 0;
+    l.window_begins[seq] = 0;
+    KVC_TRY(sync_positions(i));
+  }
+  return ok_status();
+}
+
+void DeviceCache::reset_all() {
+  for (std::uint32_t s = 0; s < sequences_; ++s) (void)reset(s);
+}
+
+Result<ktq::LayerSnapshot> DeviceCache::snapshot(std::uint32_t layer, std::uint32_t seq) const {
+  KVC_TRY(check_layer_seq(layer, seq, false));
+  const Layer& l = *layers_[layer];
+  ktq::LayerSnapshot snap;
+  snap.layer_index = layer;
+  snap.head_dim = head_dim_;
+  snap.kv_heads = l.kv_heads;
+  snap.config = config_;
+  snap.token = ktq::token_bytes(head_dim_, config_);
+  if (l.kv_heads == 0) return snap;
+  const LayerLayout& lay = l.layout;
+  const std::uint32_t length = l.lengths[seq];
+  snap.length = length;
+  auto copy_region = [&](std::uint64_t offset, std::uint32_t per_token, std::vector<std::uint8_t>& out) -> Status {
+    out.resize(static_cast<std::size_t>(l.kv_heads) * length * per_token);
+    if (out.empty()) return ok_status();
+    for (std::uint32_t h = 0; h < l.kv_heads; ++h) {
+      KVC_TRY(l.data.download(out.data() + static_cast<std::size_t>(h) * length * per_token,
+                              static_cast<std::uint64_t>(length) * per_token, offset + lay.slot(seq, h, 0) * per_token));
+    }
+    return ok_status();
+  };
+  KVC_TRY(copy_region(lay.key_codes_offset, lay.token.key_codes, snap.key_codes));
+  KVC_TRY(copy_region(lay.key_signs_offset, lay.token.key_signs, snap.key_signs));
+  KVC_TRY(copy_region(lay.key_norms_offset, lay.token.key_norm, snap.key_norms));
+  KVC_TRY(copy_region(lay.key_residual_norms_offset, lay.token.key_residual_norm, snap.key_residual_norms));
+  KVC_TRY(copy_region(lay.value_codes_offset, lay.token.value_codes, snap.value_codes));
+  KVC_TRY(copy_region(lay.value_norms_offset, lay.token.value_norm, snap.value_norms));
+  const std::uint32_t exact_begin = ktq::exact_window_begin(length, l.window_begins[seq], lay.exact_window);
+  snap.window_begin = exact_begin;
+  const std::uint32_t rows = length - exact_begin;
+  const std::uint32_t d = head_dim_;
+  snap.window_keys.resize(static_cast<std::size_t>(l.kv_heads) * rows * d);
+  snap.window_values.resize(snap.window_keys.size());
+  for (std::uint32_t h = 0; h < l.kv_heads; ++h) {
+    for (std::uint32_t t = exact_begin; t < length; ++t) {
+      const std::size_t dst = (static_cast<std::size_t>(h) * rows + (t - exact_begin)) * d;
+      const std::uint64_t src = lay.window_row(seq, h, t) * d * 4ull;
+      KVC_TRY(l.data.download(snap.window_keys.data() + dst, 4ull * d, lay.window_keys_offset + src));
+      KVC_TRY(l.data.download(snap.window_values.data() + dst, 4ull * d, lay.window_values_offset + src));
+    }
+  }
+  return snap;
+}
+
+Status DeviceCache::restore(std::uint32_t layer, std::uint32_t seq, const ktq::LayerSnapshot& snap) {
+  KVC_TRY(check_layer_seq(layer, seq, false));
+  Layer& l = *layers_[layer];
+  if (snap.layer_index != layer) {
+    return make_error(ErrorCode::Mismatch,
+                      "snapshot of layer {} cannot restore into layer {} (each layer has its own rotation seed)",
+                      snap.layer_index, layer);
+  }
+  if (snap.head_dim != head_dim_ || snap.kv_heads != l.kv_heads) {
+    return make_error(ErrorCode::Mismatch, "snapshot shape head_dim {} kv_heads {} != cache layer {}: {} / {}",
+                      snap.head_dim, snap.kv_heads, layer, head_dim_, l.kv_heads);
+  }
+  if (!same_config(snap.config, config_)) {
+    return make_error(ErrorCode::Mismatch, "snapshot config '{}' seed {} != cache config '{}' seed {}",
+                      snap.config.name(), snap.config.seed, config_.name(), config_.seed);
+  }
+  const ktq::TokenBytes want_token = ktq::token_bytes(head_dim_, config_);
+  if (snap.token.key_total() != want_token.key_total() || snap.token.value_total() != want_token.value_total() ||
+      snap.token.key_codes != want_token.key_codes || snap.token.key_signs != want_token.key_signs) {
+    return make_error(ErrorCode::Mismatch, "snapshot per-token byte counts ({} key, {} value) != the cache's ({}, {})",
+                      snap.token.key_total(), snap.token.value_total(), want_token.key_total(),
+                      want_token.value_total());
+  }
+  if (l.kv_heads == 0) {
+    if (snap.length != 0) {
+      return make_error(ErrorCode::Mismatch, "snapshot of non-attention layer {} claims length {}", layer, snap.length);
+    }
+    return ok_status();
+  }
+  const LayerLayout& lay = l.layout;
+  const std::uint32_t length = snap.length;
+  if (length > capacity_) {
+    Error e = make_error(ErrorCode::CapacityExceeded, "snapshot length {} exceeds the cache capacity {}", length,
+                         capacity_);
+    e.expected = capacity_;
+    e.actual = length;
+    return e;
+  }
+  const std::uint64_t tokens = static_cast<std::uint64_t>(l.kv_heads) * length;
+  struct RegionCopy {
+    const char* name;
+    const std::vector<std::uint8_t>* bytes;
+    std::uint32_t per_token;
+    std::uint64_t offset;
+  };
+  const RegionCopy regions[] = {
+      {"key codes", &snap.key_codes, lay.token.key_codes, lay.key_codes_offset},
+      {"key signs", &snap.key_signs, lay.token.key_signs, lay.key_signs_offset},
+      {"key norms", &snap.key_norms, lay.token.key_norm, lay.key_norms_offset},
+      {"key residual norms", &snap.key_residual_norms, lay.token.key_residual_norm, lay.key_residual_norms_offset},
+      {"value codes", &snap.value_codes, lay.token.value_codes, lay.value_codes_offset},
+      {"value norms", &snap.value_norms, lay.token.value_norm, lay.value_norms_offset},
+  };
+  for (const RegionCopy& r : regions) {
+    const std::uint64_t want = tokens * r.per_token;
+    if (r.bytes->size() != want) {
+      Error e = make_error(r.bytes->size() < want ? ErrorCode::Truncated : ErrorCode::Corrupt,
+                           "snapshot {} hold {} bytes, expected {} ({} heads × {} tokens × {} bytes)", r.name,
+                           r.bytes->size(), want, l.kv_heads, length, r.per_token);
+      e.expected = static_cast<std::int64_t>(want);
+      e.actual = static_cast<std::int64_t>(r.bytes->size());
+      return e;
+    }
+  }
+  const std::uint32_t w = lay.exact_window;
+  if (snap.window_begin > length || length - snap.window_begin > w) {
+    return make_error(ErrorCode::Corrupt, "snapshot window [{}, {}) does not fit an exact window of {}",
+                      snap.window_begin, length, w);
+  }
+  const std::uint32_t rows = length - snap.window_begin;
+  const std::uint64_t floats = static_cast<std::uint64_t>(l.kv_heads) * rows * head_dim_;
+  if (snap.window_keys.size() != floats || snap.window_values.size() != floats) {
+    return make_error(snap.window_keys.size() < floats ? ErrorCode::Truncated : ErrorCode::Corrupt,
+                      "snapshot window rows hold {} / {} floats, expected {}", snap.window_keys.size(),
+                      snap.window_values.size(), floats);
+  }
+  for (std::size_t i = 0; i < snap.window_keys.size(); ++i) {
+    if (!std::isfinite(snap.window_keys[i]) || !std::isfinite(snap.window_values[i])) {
+      return make_error(ErrorCode::NonFinite, "snapshot window float {} is not finite", i);
+    }
+  }
+  for (const RegionCopy& r : regions) {
+    if (r.per_token == 0 || length == 0) continue;
+    for (std::uint32_t h = 0; h < l.kv_heads; ++h) {
+      KVC_TRY(l.data.upload(r.bytes->data() + static_cast<std::size_t>(h) * length * r.per_token,
+                            static_cast<std::uint64_t>(length) * r.per_token, r.offset + lay.slot(seq, h, 0) * r.per_token));
+    }
+  }
+  const std::uint32_t d = head_dim_;
+  for (std::uint32_t h = 0; h < l.kv_heads; ++h) {
+    for (std::uint32_t t = snap.window_begin; t < length; ++t) {
+      const std::size_t src = (static_cast<std::size_t>(h) * rows + (t - snap.window_begin)) * d;
+      const std::uint64_t dst = lay.window_row(seq, h, t) * d * 4ull;
+      KVC_TRY(l.data.upload(snap.window_keys.data() + src, 4ull * d, lay.window_keys_offset + dst));
+      KVC_TRY(l.data.upload(snap.window_values.data() + src, 4ull * d, lay.window_values_offset + dst));
+    }
+  }
+  l.lengths[seq] = length;
+  l.window_begins[seq] = w > 0 ? snap.window_begin : 0;
+  return sync_positions(layer);
+}
+
+Result<DecodePlan> DeviceCache::plan_decode(std::uint32_t layer, std::uint32_t q_heads, std::uint32_t max_length) const {
+  KVC_TRY(check_layer_seq(layer, 0, true));
+  return tq::plan_decode(layers_[layer]->layout, config_, q_heads, max_length, multiprocessors_);
+}
+
+Status DeviceCache::decode(std::uint32_t layer, const DecodePlan& plan, const float* queries, const float* sinks,
+                           float scale, float* output, void* workspace, void* stream) const {
+  KVC_TRY(check_layer_seq(layer, 0, true));
+  const Layer& l = *layers_[layer];
+  for (std::uint32_t s = 0; s < sequences_; ++s) {
+    if (l.lengths[s] > plan.max_length) {
+      return make_error(ErrorCode::OutOfRange, "sequence {} has length {} beyond the plan's max_length {}", s,
+                        l.lengths[s], plan.max_length);
+    }
+  }
+  DecodeArgs args;
+  args.queries = queries;
+  args.lengths = static_cast<const std::uint32_t*>(l.device_lengths.data());
+  args.window_begins = static_cast<const std::uint32_t*>(l.device_window_begins.data());
+  args.sinks = sinks;
+  args.scale = scale;
+  args.output = output;
+  return decode_attention(plan, *l.codec, l.data.data(), args, workspace, stream);
+}
+
+}  // namespace kvcompact::cuda::tq
