@@ -2,6 +2,7 @@
 // lengths and window bookkeeping, append / truncate / reset / snapshot / restore. Attention itself lives
 // in attention.cpp; the cache only hands it a LayerView.
 #include "kvcompact/tq/cache.hpp"
+#include "kvcompact/tq/snapshot_check.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -26,11 +27,6 @@ AlignedBuffer allocate_zeroed(std::uint64_t bytes) {
   auto* p = static_cast<std::uint8_t*>(::operator new[](bytes == 0 ? 1 : bytes, std::align_val_t{kRegionAlignment}));
   std::memset(p, 0, bytes);
   return AlignedBuffer(p);
-}
-
-bool same_config(const QuantConfig& a, const QuantConfig& b) {
-  return a.key_mode == b.key_mode && a.key_bits == b.key_bits && a.value_bits == b.value_bits &&
-         a.norm_correction == b.norm_correction && a.seed == b.seed && a.exact_window == b.exact_window;
 }
 
 }  // namespace
@@ -338,90 +334,17 @@ Result<LayerSnapshot> TurboQuantCache::snapshot(std::uint32_t layer, std::uint32
 Status TurboQuantCache::restore(std::uint32_t layer, std::uint32_t seq, const LayerSnapshot& snap) {
   KVC_TRY(check_layer_seq(layer, seq, false));
   Layer& l = *layers_[layer];
-  if (snap.layer_index != layer) {
-    return make_error(ErrorCode::Mismatch,
-                      "snapshot of layer {} cannot restore into layer {} (each layer has its own rotation seed)",
-                      snap.layer_index, layer);
-  }
-  if (snap.head_dim != head_dim_ || snap.kv_heads != l.kv_heads) {
-    return make_error(ErrorCode::Mismatch, "snapshot shape head_dim {} kv_heads {} != cache layer {}: {} / {}",
-                      snap.head_dim, snap.kv_heads, layer, head_dim_, l.kv_heads);
-  }
-  if (!same_config(snap.config, config_)) {
-    return make_error(ErrorCode::Mismatch, "snapshot config '{}' seed {} != cache config '{}' seed {}",
-                      snap.config.name(), snap.config.seed, config_.name(), config_.seed);
-  }
-  const TokenBytes expected_token = token_bytes(head_dim_, config_);
-  if (snap.token.key_codes != expected_token.key_codes || snap.token.key_signs != expected_token.key_signs ||
-      snap.token.key_norm != expected_token.key_norm ||
-      snap.token.key_residual_norm != expected_token.key_residual_norm ||
-      snap.token.value_codes != expected_token.value_codes || snap.token.value_norm != expected_token.value_norm) {
-    return make_error(ErrorCode::Mismatch, "snapshot per-token byte counts ({} key, {} value) != the cache's ({}, {})",
-                      snap.token.key_total(), snap.token.value_total(), expected_token.key_total(),
-                      expected_token.value_total());
-  }
-  if (l.kv_heads == 0) {
-    if (snap.length != 0) {
-      return make_error(ErrorCode::Mismatch, "snapshot of non-attention layer {} claims length {}", layer,
-                        snap.length);
-    }
-    return ok_status();
-  }
+  KVC_TRY(validate_snapshot(snap, SnapshotTarget{layer, head_dim_, l.kv_heads, config_, capacity_,
+                                                 config_.exact_window}));
+  if (l.kv_heads == 0) return ok_status();
   const LayerLayout& lay = l.layout;
   const std::uint32_t length = snap.length;
-  if (length > capacity_) {
-    Error e = make_error(ErrorCode::CapacityExceeded, "snapshot length {} exceeds the cache capacity {}", length,
-                         capacity_);
-    e.expected = capacity_;
-    e.actual = length;
-    return e;
-  }
-  const std::uint64_t tokens = static_cast<std::uint64_t>(l.kv_heads) * length;
-  struct RegionCheck {
-    const char* name;
-    const std::vector<std::uint8_t>* bytes;
-    std::uint32_t per_token;
-    std::uint64_t offset;
-  };
-  const RegionCheck regions[] = {
-      {"key codes", &snap.key_codes, lay.token.key_codes, lay.key_codes_offset},
-      {"key signs", &snap.key_signs, lay.token.key_signs, lay.key_signs_offset},
-      {"key norms", &snap.key_norms, lay.token.key_norm, lay.key_norms_offset},
-      {"key residual norms", &snap.key_residual_norms, lay.token.key_residual_norm, lay.key_residual_norms_offset},
-      {"value codes", &snap.value_codes, lay.token.value_codes, lay.value_codes_offset},
-      {"value norms", &snap.value_norms, lay.token.value_norm, lay.value_norms_offset},
-  };
-  for (const RegionCheck& r : regions) {
-    const std::uint64_t want = tokens * r.per_token;
-    if (r.bytes->size() != want) {
-      Error e = make_error(r.bytes->size() < want ? ErrorCode::Truncated : ErrorCode::Corrupt,
-                           "snapshot {} hold {} bytes, expected {} ({} heads × {} tokens × {} bytes)", r.name,
-                           r.bytes->size(), want, l.kv_heads, length, r.per_token);
-      e.expected = static_cast<std::int64_t>(want);
-      e.actual = static_cast<std::int64_t>(r.bytes->size());
-      return e;
-    }
-  }
   const std::uint32_t w = lay.exact_window;
-  if (snap.window_begin > length || length - snap.window_begin > w) {
-    return make_error(ErrorCode::Corrupt, "snapshot window [{}, {}) does not fit an exact window of {}",
-                      snap.window_begin, length, w);
-  }
   const std::uint32_t exact_rows = length - snap.window_begin;
-  const std::uint64_t window_floats = static_cast<std::uint64_t>(l.kv_heads) * exact_rows * head_dim_;
-  if (snap.window_keys.size() != window_floats || snap.window_values.size() != window_floats) {
-    return make_error(snap.window_keys.size() < window_floats ? ErrorCode::Truncated : ErrorCode::Corrupt,
-                      "snapshot window rows hold {} / {} floats, expected {}", snap.window_keys.size(),
-                      snap.window_values.size(), window_floats);
-  }
-  for (std::size_t i = 0; i < snap.window_keys.size(); ++i) {
-    if (!std::isfinite(snap.window_keys[i]) || !std::isfinite(snap.window_values[i])) {
-      return make_error(ErrorCode::NonFinite, "snapshot window float {} is not finite", i);
-    }
-  }
+  const auto regions = snapshot_regions(snap, lay);
 
   // All checks passed: copy in.
-  for (const RegionCheck& r : regions) {
+  for (const SnapshotRegion& r : regions) {
     if (r.per_token == 0 || length == 0) continue;
     for (std::uint32_t h = 0; h < l.kv_heads; ++h) {
       std::memcpy(l.region(r.offset) + lay.slot(seq, h, 0) * r.per_token,
