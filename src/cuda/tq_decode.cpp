@@ -81,6 +81,11 @@ Status decode_attention(const DecodePlan& plan, const DeviceCodec& codec, const 
     return make_error(ErrorCode::InvalidArgument,
                       "decode_attention needs layer data, queries, lengths, output and workspace");
   }
+  // The kernel reads token rows with 64-bit shared-memory loads; rows are 8-byte aligned when the layer is.
+  if (reinterpret_cast<std::uintptr_t>(layer_data) % 16 != 0) {
+    return make_error(ErrorCode::InvalidArgument, "layer data at {} is not 16-byte aligned",
+                      reinterpret_cast<std::uintptr_t>(layer_data));
+  }
   if (layout.exact_window > 0 && args.window_begins == nullptr) {
     return make_error(ErrorCode::InvalidArgument, "a layout with an exact window needs window_begins");
   }

@@ -57,17 +57,49 @@ __device__ inline void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
-// NB-bit field at bit `pos` of a little-endian bit stream held in 32-bit words.
-template <int NB>
-__device__ inline std::uint32_t field(const std::uint32_t* row, std::uint32_t pos) {
-  constexpr std::uint32_t mask = (1u << NB) - 1u;
-  if constexpr (32 % NB == 0) {
-    return (row[pos >> 5] >> (pos & 31u)) & mask;
+// The bytes of one token row that one lane needs, read once per tile into registers. Rows are 8-byte aligned
+// (every row size is a multiple of 8 and decode_attention requires a 16-byte aligned layer), so slices whose
+// size is a multiple of 8 (4) bytes use 64-bit (32-bit) loads; other sizes (head_dim 64 only) read the aligned
+// words around the slice and shift it into place (up to 4 bytes past the slice: inside the region's slack).
+template <unsigned NB>
+struct Slice {
+  std::uint32_t w[(NB + 3) / 4];
+};
+template <unsigned NB>
+__device__ __forceinline__ Slice<NB> load_slice(const std::uint8_t* row, std::uint32_t off) {
+  constexpr unsigned nw = (NB + 3) / 4;
+  Slice<NB> b;
+  if constexpr (NB % 8 == 0) {
+    const uint2* s = reinterpret_cast<const uint2*>(row + off);
+#pragma unroll
+    for (unsigned i = 0; i < nw / 2; ++i) {
+      const uint2 x = s[i];
+      b.w[2 * i] = x.x;
+      b.w[2 * i + 1] = x.y;
+    }
+  } else if constexpr (NB % 4 == 0) {
+    const std::uint32_t* s = reinterpret_cast<const std::uint32_t*>(row + off);
+#pragma unroll
+    for (unsigned i = 0; i < nw; ++i) b.w[i] = s[i];
   } else {
-    return __funnelshift_r(row[pos >> 5], row[(pos >> 5) + 1], pos & 31u) & mask;
+    const std::uint32_t* s = reinterpret_cast<const std::uint32_t*>(row + (off & ~3u));
+    const std::uint32_t sh = 8u * (off & 3u);
+    std::uint32_t raw[nw + 1];
+#pragma unroll
+    for (unsigned i = 0; i <= nw; ++i) raw[i] = s[i];
+#pragma unroll
+    for (unsigned i = 0; i < nw; ++i) b.w[i] = __funnelshift_r(raw[i], raw[i + 1], sh);
   }
+  return b;
 }
-
+// NB-bit field (NB < 32) at bit `pos` of a slice; `pos` is a constant once the caller's loop is unrolled.
+template <unsigned NB, unsigned NS>
+__device__ __forceinline__ std::uint32_t slice_bits(const Slice<NS>& b, unsigned pos) {
+  constexpr unsigned nw = (NS + 3) / 4;
+  const unsigned i = pos / 32, s = pos % 32;
+  if (s + NB <= 32 || i + 1 >= nw) return (b.w[i] >> s) & ((1u << NB) - 1u);
+  return __funnelshift_r(b.w[i], b.w[i + 1], s) & ((1u << NB) - 1u);
+}
 constexpr unsigned round16(unsigned x) { return (x + 15u) & ~15u; }
 
 template <int D, int CB, int VB>
@@ -89,6 +121,9 @@ struct Shape {
   static constexpr unsigned lut_v = (pair_values ? (1u << (2 * VB)) : (1u << VB)) * 128u, lut_s = 16 * 8;
   static constexpr unsigned qfrag = (D / 16) * 32 * 32, qscale = kGroup * 2 * 4;
   static constexpr unsigned total = main_area + lut_k + lut_v + lut_s + qfrag + qscale;
+  // Per-lane slices of a token row: key codes and signs of coordinates [c·D/4, (c+1)·D/4) (lane c = lane % 4),
+  // value codes of coordinates [g·D/8, (g+1)·D/8) (g = lane / 4).
+  static constexpr unsigned slice_k = D * CB / 32, slice_s = D / 32, slice_v = D * VB / 64;
 };
 
 // Copies `tokens` packed records of one region starting at token p0 as 16-byte chunks covering them;
@@ -146,7 +181,8 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(DecodeParams p) {
   }
 
   // Lookup tables from packed code groups to fp16 centroids (low half = lower coordinate). Keys: a lane's
-  // 4 consecutive coordinates (CB ≤ 2) or a pair; signs: 4 bits -> four ±1; values: a pair of coordinates.
+  // 4 consecutive coordinates (CB ≤ 2) or a pair; signs: 4 bits -> four ±1 (one 64-bit lookup: fewer
+  // instructions than decoding the bits with ALU operations); values: a pair of coordinates.
   {
     constexpr unsigned km = (1u << CB) - 1u, vm = (1u << VB) - 1u;
     constexpr unsigned nk = S::pair_keys ? (1u << (2 * CB)) : (1u << CB);
@@ -164,6 +200,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(DecodeParams p) {
                                 : pack_half2(a * t.value_centroids[e], 0.0f);
     }
   }
+
   if (tid < 16) {
     lut_s[tid] = make_uint2(pack_half2((tid & 1u) ? 1.0f : -1.0f, (tid & 2u) ? 1.0f : -1.0f),
                             pack_half2((tid & 4u) ? 1.0f : -1.0f, (tid & 8u) ? 1.0f : -1.0f));
@@ -208,9 +245,10 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(DecodeParams p) {
     for (unsigned i = tid; i < (D / 16) * 32; i += kThreads) {
       const unsigned kk = i / 32, l = i % 32, hg8 = l >> 2, cc = l & 3u;
       for (unsigned which = 0; which < 2; ++which) {
-        // Lane (g, c) of k-step kk holds coordinates 16kk + 4c .. 4c+3 (the keys' A fragments use the same
-        // order: any permutation of the reduction index works when both operands share it).
-        const float* row = (which == 0 ? qrot : qjlb) + hg8 * D + 16 * kk + 4 * cc;
+        // Lane (g, c) of k-step kk holds coordinates c·D/4 + 4kk .. +3 (the keys' A fragments use the same
+        // order: any permutation of the reduction index works when both operands share it), so the codes a
+        // lane needs from one token row over all k-steps are one contiguous slice.
+        const float* row = (which == 0 ? qrot : qjlb) + hg8 * D + cc * (D / 4) + 4 * kk;
         const float x0 = row[0], x1 = row[1], x8 = row[2], x9 = row[3];
         const __half2 h01 = __floats2half2_rn(x0, x1), h89 = __floats2half2_rn(x8, x9);
         const float2 f01 = __half22float2(h01), f89 = __half22float2(h89);
@@ -289,28 +327,21 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(DecodeParams p) {
 #pragma unroll
       for (int i = 0; i < 4; ++i) ch[mt][i] = cl[mt][i] = sh[mt][i] = sl[mt][i] = 0.0f;
     }
-    // Byte-aligned code groups are read with byte / half-word loads at compile-time offsets from a per-row
-    // pointer; other widths go through the generic bit-field read.
-    auto key_group = [&](const std::uint8_t* row, int kk) -> std::uint32_t {
-      if constexpr (CB == 2) {
-        return row[4 * kk + c];
-      } else if constexpr (CB == 1) {
-        return (row[2 * kk + (c >> 1)] >> (4 * (c & 1u))) & 0xFu;
-      } else if constexpr (CB == 4) {
-        return *reinterpret_cast<const std::uint16_t*>(row + 8 * kk + 2 * c);
-      } else {
-        return field<4 * CB>(reinterpret_cast<const std::uint32_t*>(row), (16 * kk + 4 * c) * CB);
-      }
-    };
+    // Each lane reads its slice of its token rows once per tile (instead of one shared-memory load per k-step).
+    Slice<S::slice_k> kq0[kMt], kq1[kMt];
+#pragma unroll
+    for (int mt = 0; mt < kMt; ++mt) {
+      kq0[mt] = load_slice<S::slice_k>(sb + sh_kc + r0[mt] * S::kc_bpt, c * S::slice_k);
+      kq1[mt] = load_slice<S::slice_k>(sb + sh_kc + r1[mt] * S::kc_bpt, c * S::slice_k);
+    }
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       const uint4 qb = qfrag[2 * (kk * 32 + lane)];
 #pragma unroll
       for (int mt = 0; mt < kMt; ++mt) {
-        const std::uint8_t* kb0 = sb + sh_kc + r0[mt] * S::kc_bpt;
-        const std::uint8_t* kb1 = sb + sh_kc + r1[mt] * S::kc_bpt;
         std::uint32_t a0, a1, a2, a3;
-        const std::uint32_t f0 = key_group(kb0, kk), f1 = key_group(kb1, kk);
+        const std::uint32_t f0 = slice_bits<4 * CB>(kq0[mt], 4 * CB * kk);
+        const std::uint32_t f1 = slice_bits<4 * CB>(kq1[mt], 4 * CB * kk);
         if constexpr (S::pair_keys) {
           constexpr std::uint32_t m = (1u << (2 * CB)) - 1u;
           a0 = lut_k[((f0 & m) << 5) | lane];
@@ -336,15 +367,18 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(DecodeParams p) {
 #pragma unroll
     for (int mt = 0; mt < kMt; ++mt) rho0[mt] = rho1[mt] = 0.0f;
     if (qjl) {
-      const unsigned sshift = 4 * (c & 1u);
+      Slice<S::slice_s> sg0[kMt], sg1[kMt];
+#pragma unroll
+      for (int mt = 0; mt < kMt; ++mt) {
+        sg0[mt] = load_slice<S::slice_s>(sb + S::kc + sh_ks + r0[mt] * S::ks_bpt, c * S::slice_s);
+        sg1[mt] = load_slice<S::slice_s>(sb + S::kc + sh_ks + r1[mt] * S::ks_bpt, c * S::slice_s);
+      }
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk) {
         const uint4 qb = qfrag[2 * (kk * 32 + lane) + 1];
 #pragma unroll
         for (int mt = 0; mt < kMt; ++mt) {
-          const std::uint8_t* s0 = sb + S::kc + sh_ks + r0[mt] * S::ks_bpt + (c >> 1);
-          const std::uint8_t* s1 = sb + S::kc + sh_ks + r1[mt] * S::ks_bpt + (c >> 1);
-          const uint2 x0 = lut_s[(s0[2 * kk] >> sshift) & 0xFu], x1 = lut_s[(s1[2 * kk] >> sshift) & 0xFu];
+          const uint2 x0 = lut_s[slice_bits<4>(sg0[mt], 4 * kk)], x1 = lut_s[slice_bits<4>(sg1[mt], 4 * kk)];
           mma16816(sh[mt], x0.x, x1.x, x0.y, x1.y, qb.x, qb.y);
           mma16816(sl[mt], x0.x, x1.x, x0.y, x1.y, qb.z, qb.w);
         }
@@ -427,17 +461,9 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(DecodeParams p) {
     const float inv = vscale > 0.0f ? 1.0f / vscale : 0.0f;
 
     // O[coord, head] += Vᵀ[16 coords × 16 tokens] · P'[16 tokens × 8 heads] per m-tile, in rotated space.
-    // Row g of the A fragment is coordinate 16jb + 2g and row g + 8 is 16jb + 2g + 1, so one pair lookup per
-    // token gives both rows; two byte permutes put two tokens side by side.
-    auto value_pair = [&](const std::uint8_t* row, int jb) -> std::uint32_t {
-      if constexpr (VB == 2) {
-        return (row[4 * jb + (g >> 1)] >> (4 * (g & 1u))) & 0xFu;
-      } else if constexpr (VB == 4) {
-        return row[8 * jb + g];
-      } else {
-        return field<2 * VB>(reinterpret_cast<const std::uint32_t*>(row), (16 * jb + 2 * g) * VB);
-      }
-    };
+    // Row g of the A fragment of output block jb is coordinate g·D/8 + 2jb and row g + 8 is g·D/8 + 2jb + 1, so
+    // one pair lookup per token gives both rows, two byte permutes put two tokens side by side, and the codes a
+    // lane needs from one token row over all jb are one contiguous slice (read once per m-tile).
 #pragma unroll
     for (int mt = 0; mt < kMt; ++mt) {
       // P' = hi + lo in fp16 (two MMAs against the same V fragment): P' keeps ≈ 22 bits.
@@ -450,10 +476,10 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(DecodeParams p) {
       const std::uint32_t c0 = transpose8x8(pack_half2(x0 - g01.x, x1 - g01.y));
       const std::uint32_t c1 = transpose8x8(pack_half2(x2 - g23.x, x3 - g23.y));
       const std::uint8_t* vcb = sb + S::kc + S::ks + S::kn + S::kr + sh_vc + (warp * kWarpTokens + 16 * mt) * S::vc_bpt;
-      const std::uint8_t* va = vcb + (2 * c) * S::vc_bpt;
-      const std::uint8_t* vb = vcb + (2 * c + 1) * S::vc_bpt;
-      const std::uint8_t* vc8 = vcb + (2 * c + 8) * S::vc_bpt;
-      const std::uint8_t* vd = vcb + (2 * c + 9) * S::vc_bpt;
+      const Slice<S::slice_v> va = load_slice<S::slice_v>(vcb + (2 * c) * S::vc_bpt, g * S::slice_v);
+      const Slice<S::slice_v> vb = load_slice<S::slice_v>(vcb + (2 * c + 1) * S::vc_bpt, g * S::slice_v);
+      const Slice<S::slice_v> vc8 = load_slice<S::slice_v>(vcb + (2 * c + 8) * S::vc_bpt, g * S::slice_v);
+      const Slice<S::slice_v> vd = load_slice<S::slice_v>(vcb + (2 * c + 9) * S::vc_bpt, g * S::slice_v);
 #pragma unroll
       for (int jb = 0; jb < D / 16; ++jb) {
         auto lookup = [&](std::uint32_t f) -> std::uint32_t {
@@ -464,8 +490,10 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(DecodeParams p) {
             return __byte_perm(lut_v[((f & m) << 5) | lane], lut_v[((f >> VB) << 5) | lane], 0x5410);
           }
         };
-        const std::uint32_t la = lookup(value_pair(va, jb)), lb = lookup(value_pair(vb, jb));
-        const std::uint32_t lc = lookup(value_pair(vc8, jb)), ld = lookup(value_pair(vd, jb));
+        const std::uint32_t la = lookup(slice_bits<2 * VB>(va, 2 * VB * jb));
+        const std::uint32_t lb = lookup(slice_bits<2 * VB>(vb, 2 * VB * jb));
+        const std::uint32_t lc = lookup(slice_bits<2 * VB>(vc8, 2 * VB * jb));
+        const std::uint32_t ld = lookup(slice_bits<2 * VB>(vd, 2 * VB * jb));
         const std::uint32_t a0 = __byte_perm(la, lb, 0x5410), a1 = __byte_perm(la, lb, 0x7632);
         const std::uint32_t a2 = __byte_perm(lc, ld, 0x5410), a3 = __byte_perm(lc, ld, 0x7632);
         mma16816(acc[jb], a0, a1, a2, a3, b0, b1);
@@ -495,10 +523,11 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(DecodeParams p) {
   vscale /= t.value_lut_scale;
 #pragma unroll
   for (int jb = 0; jb < D / 16; ++jb) {
-    mw[(2 * c) * D + 16 * jb + 2 * g] = acc[jb][0] * vscale;
-    mw[(2 * c + 1) * D + 16 * jb + 2 * g] = acc[jb][1] * vscale;
-    mw[(2 * c) * D + 16 * jb + 2 * g + 1] = acc[jb][2] * vscale;
-    mw[(2 * c + 1) * D + 16 * jb + 2 * g + 1] = acc[jb][3] * vscale;
+    const unsigned j0 = g * (D / 8) + 2 * jb;  // the value A fragment's row order (P·V above)
+    mw[(2 * c) * D + j0] = acc[jb][0] * vscale;
+    mw[(2 * c + 1) * D + j0] = acc[jb][1] * vscale;
+    mw[(2 * c) * D + j0 + 1] = acc[jb][2] * vscale;
+    mw[(2 * c + 1) * D + j0 + 1] = acc[jb][3] * vscale;
   }
   __syncthreads();
   for (std::uint32_t i = tid; i < nh * D; i += kThreads) {
