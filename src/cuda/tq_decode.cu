@@ -1,5 +1,5 @@
 // Fused split-K decode attention kernels over the packed TurboQuant layer layout (flash-decoding): one block
-// per (split of the sequence, KV head, sequence) scores 64-token tiles of packed keys for the KV head's whole
+// per (split of the sequence, KV head, sequence) scores 128-token tiles of packed keys for the KV head's whole
 // GQA group with tensor cores (mma.sync m16n8k16: 16 tokens × 16 coordinates of dequantised fp16 centroids
 // against the group's rotated queries as the N = 8 dimension), accumulates P·V in rotated space and writes one
 // partial (output, log-sum-exp) per split; a window kernel adds the exact f32 rows and a merge kernel combines
