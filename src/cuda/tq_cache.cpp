@@ -10,17 +10,11 @@
 #include "check.hpp"
 #include "kvcompact/tq/attention.hpp"
 #include "kvcompact/tq/codec.hpp"
+#include "kvcompact/tq/snapshot_check.hpp"
 
 namespace kvcompact::cuda::tq {
 
 namespace ktq = kvcompact::tq;
-
-namespace {
-bool same_config(const ktq::QuantConfig& a, const ktq::QuantConfig& b) {
-  return a.key_mode == b.key_mode && a.key_bits == b.key_bits && a.value_bits == b.value_bits &&
-         a.norm_correction == b.norm_correction && a.seed == b.seed && a.exact_window == b.exact_window;
-}
-}  // namespace
 
 struct DeviceCache::Layer {
   std::uint32_t kv_heads = 0;
@@ -271,85 +265,16 @@ Result<ktq::LayerSnapshot> DeviceCache::snapshot(std::uint32_t layer, std::uint3
 Status DeviceCache::restore(std::uint32_t layer, std::uint32_t seq, const ktq::LayerSnapshot& snap) {
   KVC_TRY(check_layer_seq(layer, seq, false));
   Layer& l = *layers_[layer];
-  if (snap.layer_index != layer) {
-    return make_error(ErrorCode::Mismatch,
-                      "snapshot of layer {} cannot restore into layer {} (each layer has its own rotation seed)",
-                      snap.layer_index, layer);
-  }
-  if (snap.head_dim != head_dim_ || snap.kv_heads != l.kv_heads) {
-    return make_error(ErrorCode::Mismatch, "snapshot shape head_dim {} kv_heads {} != cache layer {}: {} / {}",
-                      snap.head_dim, snap.kv_heads, layer, head_dim_, l.kv_heads);
-  }
-  if (!same_config(snap.config, config_)) {
-    return make_error(ErrorCode::Mismatch, "snapshot config '{}' seed {} != cache config '{}' seed {}",
-                      snap.config.name(), snap.config.seed, config_.name(), config_.seed);
-  }
-  const ktq::TokenBytes want_token = ktq::token_bytes(head_dim_, config_);
-  if (snap.token.key_total() != want_token.key_total() || snap.token.value_total() != want_token.value_total() ||
-      snap.token.key_codes != want_token.key_codes || snap.token.key_signs != want_token.key_signs) {
-    return make_error(ErrorCode::Mismatch, "snapshot per-token byte counts ({} key, {} value) != the cache's ({}, {})",
-                      snap.token.key_total(), snap.token.value_total(), want_token.key_total(),
-                      want_token.value_total());
-  }
-  if (l.kv_heads == 0) {
-    if (snap.length != 0) {
-      return make_error(ErrorCode::Mismatch, "snapshot of non-attention layer {} claims length {}", layer, snap.length);
-    }
-    return ok_status();
-  }
+  // The same checks, in the same order, as the CPU cache (tq/snapshot_check.hpp).
+  KVC_TRY(ktq::validate_snapshot(snap, ktq::SnapshotTarget{layer, head_dim_, l.kv_heads, config_, capacity_,
+                                                           config_.exact_window}));
+  if (l.kv_heads == 0) return ok_status();
   const LayerLayout& lay = l.layout;
   const std::uint32_t length = snap.length;
-  if (length > capacity_) {
-    Error e = make_error(ErrorCode::CapacityExceeded, "snapshot length {} exceeds the cache capacity {}", length,
-                         capacity_);
-    e.expected = capacity_;
-    e.actual = length;
-    return e;
-  }
-  const std::uint64_t tokens = static_cast<std::uint64_t>(l.kv_heads) * length;
-  struct RegionCopy {
-    const char* name;
-    const std::vector<std::uint8_t>* bytes;
-    std::uint32_t per_token;
-    std::uint64_t offset;
-  };
-  const RegionCopy regions[] = {
-      {"key codes", &snap.key_codes, lay.token.key_codes, lay.key_codes_offset},
-      {"key signs", &snap.key_signs, lay.token.key_signs, lay.key_signs_offset},
-      {"key norms", &snap.key_norms, lay.token.key_norm, lay.key_norms_offset},
-      {"key residual norms", &snap.key_residual_norms, lay.token.key_residual_norm, lay.key_residual_norms_offset},
-      {"value codes", &snap.value_codes, lay.token.value_codes, lay.value_codes_offset},
-      {"value norms", &snap.value_norms, lay.token.value_norm, lay.value_norms_offset},
-  };
-  for (const RegionCopy& r : regions) {
-    const std::uint64_t want = tokens * r.per_token;
-    if (r.bytes->size() != want) {
-      Error e = make_error(r.bytes->size() < want ? ErrorCode::Truncated : ErrorCode::Corrupt,
-                           "snapshot {} hold {} bytes, expected {} ({} heads × {} tokens × {} bytes)", r.name,
-                           r.bytes->size(), want, l.kv_heads, length, r.per_token);
-      e.expected = static_cast<std::int64_t>(want);
-      e.actual = static_cast<std::int64_t>(r.bytes->size());
-      return e;
-    }
-  }
   const std::uint32_t w = lay.exact_window;
-  if (snap.window_begin > length || length - snap.window_begin > w) {
-    return make_error(ErrorCode::Corrupt, "snapshot window [{}, {}) does not fit an exact window of {}",
-                      snap.window_begin, length, w);
-  }
   const std::uint32_t rows = length - snap.window_begin;
-  const std::uint64_t floats = static_cast<std::uint64_t>(l.kv_heads) * rows * head_dim_;
-  if (snap.window_keys.size() != floats || snap.window_values.size() != floats) {
-    return make_error(snap.window_keys.size() < floats ? ErrorCode::Truncated : ErrorCode::Corrupt,
-                      "snapshot window rows hold {} / {} floats, expected {}", snap.window_keys.size(),
-                      snap.window_values.size(), floats);
-  }
-  for (std::size_t i = 0; i < snap.window_keys.size(); ++i) {
-    if (!std::isfinite(snap.window_keys[i]) || !std::isfinite(snap.window_values[i])) {
-      return make_error(ErrorCode::NonFinite, "snapshot window float {} is not finite", i);
-    }
-  }
-  for (const RegionCopy& r : regions) {
+  const auto regions = ktq::snapshot_regions(snap, lay);
+  for (const ktq::SnapshotRegion& r : regions) {
     if (r.per_token == 0 || length == 0) continue;
     for (std::uint32_t h = 0; h < l.kv_heads; ++h) {
       KVC_TRY(l.data.upload(r.bytes->data() + static_cast<std::size_t>(h) * length * r.per_token,
