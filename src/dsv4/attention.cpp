@@ -2,6 +2,8 @@
 // row is read once per block: scores, then a per-head softmax with the sink, then the weighted row sum.
 #include "kvcompact/dsv4/attention.hpp"
 
+#include "dsv4/math_dot.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -60,23 +62,6 @@ std::vector<double> sparse_attention_f64(std::span<const float> q, std::size_t h
 namespace {
 constexpr std::size_t kHeadBlock = 8;
 
-// Eight named accumulators (two SSE vectors once vectorised); no local array, so sanitizer builds keep them in
-// registers too.
-float dot512(const float* a, const float* b) {
-  float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f, s4 = 0.0f, s5 = 0.0f, s6 = 0.0f, s7 = 0.0f;
-  for (std::size_t i = 0; i < kHeadDim; i += 8) {
-    s0 += a[i] * b[i];
-    s1 += a[i + 1] * b[i + 1];
-    s2 += a[i + 2] * b[i + 2];
-    s3 += a[i + 3] * b[i + 3];
-    s4 += a[i + 4] * b[i + 4];
-    s5 += a[i + 5] * b[i + 5];
-    s6 += a[i + 6] * b[i + 6];
-    s7 += a[i + 7] * b[i + 7];
-  }
-  return ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7));
-}
-
 // Heads [h0, h1) (at most kHeadBlock); scores [h1 - h0, n_rows] from the scratch.
 void attend_block(float* out, const float* q, std::size_t h0, std::size_t h1, const float* const* rows,
                   std::size_t n_rows, const float* sink, const RopeCosSin* inverse_rope, float* scores) {
@@ -85,7 +70,7 @@ void attend_block(float* out, const float* q, std::size_t h0, std::size_t h1, co
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
   for (std::size_t j = 0; j < n_rows; ++j) {
     const float* r = rows[j];
-    for (std::size_t h = 0; h < nh; ++h) scores[h * n_rows + j] = dot512(q + (h0 + h) * d, r) * scale;
+    for (std::size_t h = 0; h < nh; ++h) scores[h * n_rows + j] = detail::dot_f32(q + (h0 + h) * d, r, kHeadDim) * scale;
   }
   float inv_denom[kHeadBlock];
   for (std::size_t h = 0; h < nh; ++h) {

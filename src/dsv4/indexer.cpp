@@ -2,6 +2,8 @@
 // order (score, then index), so nth_element + sort give the same answer as a full stable sort.
 #include "kvcompact/dsv4/indexer.hpp"
 
+#include "dsv4/math_dot.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -54,28 +56,10 @@ void indexer_topk_f64(std::span<std::int32_t> out, std::span<const double> score
 }
 
 namespace {
-// Eight named accumulators (vectorisable, and kept in registers by sanitizer builds too).
-float dot_f32(const float* a, const float* b, std::size_t n) {
-  float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f, s4 = 0.0f, s5 = 0.0f, s6 = 0.0f, s7 = 0.0f;
-  std::size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    s0 += a[i] * b[i];
-    s1 += a[i + 1] * b[i + 1];
-    s2 += a[i + 2] * b[i + 2];
-    s3 += a[i + 3] * b[i + 3];
-    s4 += a[i + 4] * b[i + 4];
-    s5 += a[i + 5] * b[i + 5];
-    s6 += a[i + 6] * b[i + 6];
-    s7 += a[i + 7] * b[i + 7];
-  }
-  float tail = 0.0f;
-  for (; i < n; ++i) tail += a[i] * b[i];
-  return (((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))) + tail;
-}
 
 float score_row(const float* q, const float* w, const float* key, std::size_t heads, std::size_t dim) {
   float total = 0.0f;
-  for (std::size_t h = 0; h < heads; ++h) total += w[h] * std::max(dot_f32(q + h * dim, key, dim), 0.0f);
+  for (std::size_t h = 0; h < heads; ++h) total += w[h] * std::max(detail::dot_f32(q + h * dim, key, dim), 0.0f);
   return total;
 }
 }  // namespace
