@@ -27,7 +27,9 @@ echo "== configure + build"
 t0=$(date +%s)
 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DKVCOMPACT_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a \
   -DKVCOMPACT_BUILD_BENCH=OFF "${EXTRA[@]}" > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
-cmake --build "$BUILD" -j16 --target kvcompact_cuda_tests kvcompact_cuda_bench >> "$OUT/build.log" 2>&1 \
+# Every CUDA test and benchmark executable (kvcompact_cuda_*), not the CPU suites.
+TARGETS=$(cmake --build "$BUILD" --target help 2>/dev/null | grep -oE "kvcompact_cuda_[a-z0-9_]*(tests|bench)" | sort -u)
+cmake --build "$BUILD" -j16 --target $TARGETS >> "$OUT/build.log" 2>&1 \
   || { grep -E "error|Error" -A3 "$OUT/build.log" | head -60; exit 1; }
 echo "build: $(( $(date +%s) - t0 )) s"
 TESTS="$BUILD/tests/cuda/kvcompact_cuda_tests"
@@ -41,6 +43,17 @@ grep -E "^\[decode\]" "$OUT/tests.log" | head -30
 grep -E "^\[encode\]" "$OUT/tests.log" | grep -v " 0 records differ" | head -20
 echo "encode cases with identical bytes: $(grep -c " 0 records differ" "$OUT/tests.log") of $(grep -c "^\[encode\]" "$OUT/tests.log")"
 echo "tests exit code: $test_rc"
+DSV4_TESTS="$BUILD/tests/cuda_dsv4/kvcompact_cuda_dsv4_tests"
+if [ -x "$DSV4_TESTS" ]; then
+  echo "== GPU tests (DeepSeek-V4)"
+  "$DSV4_TESTS" > "$OUT/tests_dsv4.log" 2>&1
+  dsv4_rc=$?
+  grep -E "^\[ *(OK|FAILED|SKIPPED|PASSED) " "$OUT/tests_dsv4.log" | head -40
+  grep -E "Failure" -A7 "$OUT/tests_dsv4.log" | head -60
+  grep -E "^\[dsv4" "$OUT/tests_dsv4.log" | head -30
+  echo "dsv4 tests exit code: $dsv4_rc"
+  [ "$dsv4_rc" = 0 ] || test_rc=$dsv4_rc
+fi
 if [ "$BENCH" = 1 ]; then
   echo "== kvcompact CUDA benchmark"
   "$BENCHBIN" $QUICK --csv "$OUT/tq_bench.csv" 2>&1 | tee -a "$OUT/bench.log" | tail -40
@@ -48,6 +61,14 @@ if [ "$BENCH" = 1 ]; then
   PYTHONUNBUFFERED=1 python3 scripts/gpu/sdpa_baseline.py $QUICK --csv "$OUT/sdpa.csv" 2>&1 | tee -a "$OUT/bench.log" | tail -30
   echo "== report"
   python3 scripts/gpu/report.py "$OUT/tq_bench.csv" "$OUT/sdpa.csv" "$OUT/report.csv"
+fi
+if [ "$BENCH" = 1 ]; then
+  # Further benchmark steps (prefill, DeepSeek-V4, ...): each scripts/gpu/steps/*.sh gets BUILD, OUT, QUICK.
+  for step in scripts/gpu/steps/*.sh; do
+    [ -f "$step" ] || continue
+    echo "== step $(basename "$step")"
+    BUILD="$BUILD" OUT="$OUT" QUICK="$QUICK" bash "$step" 2>&1 | tee -a "$OUT/steps.log" | tail -60
+  done
 fi
 if [ "$BENCH" = 1 ] && command -v ncu > /dev/null; then
   # One profile of the fused decode kernel (seed mode, batch 32, 32K): speed of light, memory, compute,
@@ -66,6 +87,14 @@ if [ "$SANITIZE" = 1 ] && command -v compute-sanitizer > /dev/null; then
     timeout "${SANITIZE_TIMEOUT:-150}" compute-sanitizer --tool "$tool" --error-exitcode 3 "$TESTS" --gtest_filter='CudaSmall.*' > "$OUT/sanitizer_run.log" 2>&1
     echo "$tool exit code: $? ; $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY|hazard|PASSED|FAILED" "$OUT/sanitizer_run.log" | head -4 | tr '\n' ' ')"
     cat "$OUT/sanitizer_run.log" >> "$OUT/sanitizer.log"; rm -f "$OUT/sanitizer_run.log"
+    if [ -x "$DSV4_TESTS" ]; then
+      echo "== compute-sanitizer $tool (DeepSeek-V4: *Small*)"
+      timeout "${SANITIZE_TIMEOUT:-150}" compute-sanitizer --tool "$tool" --error-exitcode 3 "$DSV4_TESTS" --gtest_filter='*Small*' > "$OUT/sanitizer_run.log" 2>&1
+      echo "$tool exit code: $? ; $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY|hazard|PASSED|FAILED" "$OUT/sanitizer_run.log" | head -4 | tr '\n' ' ')"
+      cat "$OUT/sanitizer_run.log" >> "$OUT/sanitizer.log"; rm -f "$OUT/sanitizer_run.log"
+    fi
   done
 fi
+# The device tool returns at most 8 files: logs go into one archive, CSVs stay beside it.
+(cd "$OUT" && tar czf logs.tgz --remove-files ./*.log ./*.txt 2>/dev/null)
 exit "$test_rc"

@@ -1,6 +1,7 @@
-// Internal: the plain parameter structs of the TurboQuant kernels and their launchers. Kernel translation
-// units (.cu) include only this and tq_device.cuh, never the fmt-based error header (nvcc's front end cannot
-// compile fmt's consteval format strings); host code (.cpp) validates arguments and maps CUDA errors.
+// Internal: the plain parameter struct of the TurboQuant decode kernels and their launchers (encode:
+// encode_params.hpp). Kernel translation units (.cu) include only this and tq_device.cuh, never the fmt-based
+// error header (nvcc's front end cannot compile fmt's consteval format strings); host code (.cpp) validates
+// arguments and maps CUDA errors.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -10,25 +11,6 @@
 #include "tq_device.cuh"
 
 namespace kvcompact::cuda::tq::detail {
-
-inline constexpr unsigned kEncodeWarps = 4;
-
-struct EncodeParams {
-  std::uint8_t* layer;
-  const Tables* tables;
-  const void* keys;    // [rows, kv_heads, head_dim]
-  const void* values;  // [rows, kv_heads, head_dim]
-  std::uint32_t* status;
-  std::uint64_t key_codes_offset, key_signs_offset, key_norms_offset, key_residual_norms_offset;
-  std::uint64_t value_codes_offset, value_norms_offset, window_keys_offset, window_values_offset;
-  std::uint32_t key_code_bytes, sign_bytes, value_code_bytes;
-  std::uint32_t kv_heads, capacity, window;
-  std::uint32_t seq, position, rows;
-  std::uint32_t dtype;  // 0 f32, 1 f16, 2 bf16
-};
-
-// blocks × kEncodeWarps warps, one warp per (row, KV head, key-or-value) item.
-cudaError_t launch_encode(const EncodeParams& p, unsigned blocks, std::size_t smem, cudaStream_t stream);
 
 inline constexpr unsigned kDecodeTile = 128;    // tokens per pipeline stage (4 warps × 2 m-tiles × 16)
 inline constexpr unsigned kDecodeThreads = 128;

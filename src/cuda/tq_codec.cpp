@@ -13,7 +13,7 @@
 #include "kvcompact/cuda/tq.hpp"
 #include "kvcompact/tq/codebook.hpp"
 #include "kvcompact/tq/rotation.hpp"
-#include "params.hpp"
+#include "encode_params.hpp"
 
 namespace kvcompact::cuda::tq {
 

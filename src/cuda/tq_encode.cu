@@ -4,7 +4,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include "params.hpp"
+#include "encode_params.hpp"
 
 namespace kvcompact::cuda::tq::detail {
 
