@@ -3,10 +3,8 @@
 #include "kvcompact/dsv4/cache.hpp"
 
 #include <algorithm>
-#include <atomic>
 #include <limits>
 #include <new>
-#include <unordered_set>
 
 #include "cache_access.hpp"
 #include "kvcompact/core/checked.hpp"
@@ -14,11 +12,6 @@
 namespace kvcompact::dsv4 {
 
 namespace {
-
-std::uint64_t next_cache_id() {
-  static std::atomic<std::uint64_t> counter{1};
-  return counter.fetch_add(1, std::memory_order_relaxed);
-}
 
 template <typename T>
 std::uint64_t vector_bytes(const std::vector<T>& v) {
@@ -28,30 +21,6 @@ std::uint64_t vector_bytes(const std::vector<T>& v) {
 std::uint64_t layer_allocated_bytes(const LayerBuffers& b) {
   return vector_bytes(b.attention) + vector_bytes(b.indexer) + vector_bytes(b.kv_state) +
          vector_bytes(b.score_state) + vector_bytes(b.indexer_kv_state) + vector_bytes(b.indexer_score_state);
-}
-
-Error poisoned_error(const Deepseek4Cache::Impl& c) {
-  return make_error(ErrorCode::Poisoned, "cache is poisoned ({}); reset or restore it first", c.poison_reason);
-}
-
-// The checks commit_step makes, without mutating anything.
-Status check_commit(const Deepseek4Cache::Impl& c, std::uint64_t position) {
-  if (c.poisoned) return poisoned_error(c);
-  if (position != c.position) {
-    Error e = make_error(ErrorCode::StepOutOfOrder, "commit of position {} but the cache expects position {}",
-                         position, c.position);
-    e.expected = static_cast<std::int64_t>(c.position);
-    e.actual = static_cast<std::int64_t>(std::min<std::uint64_t>(position, INT64_MAX));
-    return e;
-  }
-  if (c.position >= c.plan.context) {
-    Error e = make_error(ErrorCode::ContextExhausted, "position {} is at the context length {}", c.position,
-                         c.plan.context);
-    e.expected = static_cast<std::int64_t>(c.plan.context);
-    e.actual = static_cast<std::int64_t>(c.position);
-    return e;
-  }
-  return ok_status();
 }
 
 }  // namespace
@@ -98,7 +67,7 @@ Result<Deepseek4Cache> Deepseek4Cache::create(const CachePlan& given) {
                       plan.total_bytes);
   }
   auto impl = std::make_unique<Impl>();
-  impl->id = next_cache_id();
+  impl->id = CacheBookkeeping::next_id();
   try {
     impl->layers.resize(plan.layers.size());
     for (std::size_t i = 0; i < plan.layers.size(); ++i) {
@@ -148,22 +117,13 @@ std::uint64_t Deepseek4Cache::allocated_bytes() const {
   return total;
 }
 
-std::uint64_t Deepseek4Cache::window_valid() const {
-  return std::min(impl_->position, impl_->plan.window_capacity);
-}
-std::uint64_t Deepseek4Cache::window_start_position() const { return impl_->position - window_valid(); }
+std::uint64_t Deepseek4Cache::window_valid() const { return impl_->window_valid(); }
+std::uint64_t Deepseek4Cache::window_start_position() const { return impl_->window_start_position(); }
 std::uint64_t Deepseek4Cache::window_slot(std::uint64_t absolute_position) const {
-  return absolute_position % impl_->plan.window_capacity;
+  return impl_->window_slot(absolute_position);
 }
-std::uint64_t Deepseek4Cache::compressed_valid(std::uint32_t layer) const {
-  KVC_ASSERT(layer < impl_->layers.size(), "layer index out of range");
-  std::uint32_t m = impl_->plan.layers[layer].ratio;
-  return m == 0 ? 0 : impl_->position / m;
-}
-std::uint64_t Deepseek4Cache::indexer_valid(std::uint32_t layer) const {
-  KVC_ASSERT(layer < impl_->layers.size(), "layer index out of range");
-  return impl_->plan.layers[layer].ratio == 4 ? impl_->position / 4 : 0;
-}
+std::uint64_t Deepseek4Cache::compressed_valid(std::uint32_t layer) const { return impl_->compressed_valid(layer); }
+std::uint64_t Deepseek4Cache::indexer_valid(std::uint32_t layer) const { return impl_->indexer_valid(layer); }
 
 // ---- Views ----
 
@@ -247,82 +207,29 @@ ConstStateBuffer Deepseek4Cache::indexer_score_state(std::uint32_t layer) const 
   return as_const(const_cast<Deepseek4Cache*>(this)->indexer_score_state(layer));
 }
 
-// ---- Protocol ----
+// ---- Protocol (cache_bookkeeping.cpp, shared with the CUDA cache) ----
 
-Result<StepPlan> Deepseek4Cache::plan_next_step() const {
-  if (impl_->poisoned) return poisoned_error(*impl_);
-  return plan_step_at(impl_->plan, impl_->position);
-}
-
-Status Deepseek4Cache::commit_step(std::uint64_t position) {
-  Status status = check_commit(*impl_, position);
-  if (!status.ok()) {
-    if (!impl_->poisoned) poison("failed commit_step: " + status.error().to_string());
-    return status;
-  }
-  ++impl_->position;
-  return ok_status();
-}
-
+Result<StepPlan> Deepseek4Cache::plan_next_step() const { return impl_->plan_next_step(); }
+Status Deepseek4Cache::commit_step(std::uint64_t position) { return impl_->commit_step(position); }
 Result<PrefillPlan> Deepseek4Cache::plan_prefill(std::uint64_t start, std::uint64_t count) const {
-  if (impl_->poisoned) return poisoned_error(*impl_);
-  return plan_prefill_at(impl_->plan, start, count);
+  return impl_->plan_prefill(start, count);
 }
-
 Status Deepseek4Cache::commit_prefill(std::uint64_t start, std::uint64_t count) {
-  auto fail = [&](Error e) -> Status {
-    if (!impl_->poisoned) poison("failed commit_prefill: " + e.to_string());
-    return e;
-  };
-  if (impl_->poisoned) return poisoned_error(*impl_);
-  if (count == 0) return fail(make_error(ErrorCode::EmptyPrefill, "commit of a 0-token prefill at {}", start));
-  if (start != impl_->position) {
-    Error e = make_error(ErrorCode::StepOutOfOrder, "prefill commit at position {} but the cache expects {}", start,
-                         impl_->position);
-    e.expected = static_cast<std::int64_t>(impl_->position);
-    e.actual = static_cast<std::int64_t>(std::min<std::uint64_t>(start, INT64_MAX));
-    return fail(std::move(e));
-  }
-  auto planned = plan_prefill_at(impl_->plan, start, count);
-  if (!planned.ok()) return fail(std::move(planned).error());
-  impl_->position = planned->end;
-  return ok_status();
+  return impl_->commit_prefill(start, count);
 }
-
-void Deepseek4Cache::poison(std::string reason) {
-  impl_->poisoned = true;
-  impl_->poison_reason = std::move(reason);
-}
+void Deepseek4Cache::poison(std::string reason) { impl_->poison(std::move(reason)); }
 
 void Deepseek4Cache::reset() {
   impl_->fill_states();
-  impl_->position = 0;
-  impl_->poisoned = false;
-  impl_->poison_reason.clear();
-  impl_->rewind_floors.push_back(0);
+  impl_->rewind(0, 0);
 }
 
 Status commit_cohort(std::span<Deepseek4Cache* const> caches, std::uint64_t position) {
-  std::unordered_set<const Deepseek4Cache*> seen;
+  std::vector<CacheBookkeeping*> members(caches.size(), nullptr);
   for (std::size_t i = 0; i < caches.size(); ++i) {
-    if (caches[i] == nullptr) return make_error(ErrorCode::InvalidArgument, "cohort member {} is null", i);
-    if (!seen.insert(caches[i]).second) {
-      return make_error(ErrorCode::InvalidArgument, "cohort member {} repeats an earlier cache", i);
-    }
+    if (caches[i] != nullptr) members[i] = &detail::CacheAccess::impl(*caches[i]);
   }
-  for (std::size_t i = 0; i < caches.size(); ++i) {
-    Status status = check_commit(detail::CacheAccess::impl(*caches[i]), position);
-    if (!status.ok()) {
-      Error e = std::move(status).error();
-      e.message = fmt::format("cohort member {} of {}: {}", i, caches.size(), e.message);
-      for (Deepseek4Cache* c : caches) {
-        if (!c->poisoned()) c->poison("failed cohort commit: " + e.to_string());
-      }
-      return e;
-    }
-  }
-  for (Deepseek4Cache* c : caches) ++detail::CacheAccess::impl(*c).position;
-  return ok_status();
+  return commit_cohort_bookkeeping(members, position);
 }
 
 }  // namespace kvcompact::dsv4

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "cache_bookkeeping.hpp"
 #include "kvcompact/dsv4/cache.hpp"
 
 namespace kvcompact::dsv4 {
@@ -19,17 +20,10 @@ struct LayerBuffers {
   std::vector<float> indexer_score_state;
 };
 
-struct Deepseek4Cache::Impl {
-  CachePlan plan;
-  std::uint64_t id = 0;
-  std::uint64_t position = 0;
-  bool poisoned = false;
-  std::string poison_reason;
+// The bookkeeping (plan, id, position, poison, rewind floors) and the protocol on it are shared with the
+// CUDA cache (cache_bookkeeping.hpp); the CPU cache adds its host buffers.
+struct Deepseek4Cache::Impl : CacheBookkeeping {
   std::vector<LayerBuffers> layers;
-  // Each rewind (reset, restore, hydrate) appends the position it rewound to. A snapshot taken when
-  // this held k entries restores only if every later entry is >= its position: otherwise compressed /
-  // indexer rows it relies on may have been rewritten.
-  std::vector<std::uint64_t> rewind_floors;
 
   void fill_states();  // kv 0, score -inf
 };
