@@ -30,15 +30,17 @@ struct DecodeParams {
   std::uint64_t key_codes, key_signs, key_norms, key_rho, value_codes, value_norms, window_keys, window_values;
   std::uint32_t head_dim, kv_heads, capacity, window, q_heads, group, head_groups, chunk, splits, seqs;
   std::uint32_t tables_key_code_bits, tables_value_bits;  // select the kernel instance
+  std::uint32_t tables_has_qjl;                           // sizes the shared memory (sign and ρ buffers)
   float scale_log2;  // softmax scale · log2(e)
 };
 
-// Shared memory of the fused kernel for (head_dim, key code bits, value bits); 0 when there is no kernel.
-std::uint32_t decode_smem_bytes(std::uint32_t head_dim, std::uint32_t key_code_bits, std::uint32_t value_bits);
+// Shared memory of the fused kernel for (head_dim, key code bits, value bits, QJL); 0 when there is no kernel.
+std::uint32_t decode_smem_bytes(std::uint32_t head_dim, std::uint32_t key_code_bits, std::uint32_t value_bits,
+                                bool qjl);
 // Raises the kernel's dynamic shared-memory limit (host side, once per plan).
-cudaError_t prepare_decode(std::uint32_t head_dim, std::uint32_t key_code_bits, std::uint32_t value_bits);
+cudaError_t prepare_decode(std::uint32_t head_dim, std::uint32_t key_code_bits, std::uint32_t value_bits, bool qjl);
 // Resident blocks of the fused kernel per multiprocessor (occupancy calculator; 0 when there is no kernel).
-int decode_blocks_per_sm(std::uint32_t head_dim, std::uint32_t key_code_bits, std::uint32_t value_bits);
+int decode_blocks_per_sm(std::uint32_t head_dim, std::uint32_t key_code_bits, std::uint32_t value_bits, bool qjl);
 // The fused split kernel, the exact-window kernel and the merge kernel, in that order on `stream`.
 cudaError_t launch_decode(const DecodeParams& p, cudaStream_t stream);
 

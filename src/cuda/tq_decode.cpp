@@ -16,7 +16,7 @@ std::uint64_t align256(std::uint64_t x) { return (x + 255u) & ~std::uint64_t{255
 }  // namespace
 
 bool decode_supported(std::uint32_t head_dim, const kvcompact::tq::QuantConfig& config) {
-  return detail::decode_smem_bytes(head_dim, config.key_code_bits(), config.value_bits) != 0;
+  return detail::decode_smem_bytes(head_dim, config.key_code_bits(), config.value_bits, config.has_qjl()) != 0;
 }
 
 Result<DecodePlan> plan_decode(const LayerLayout& layout, const kvcompact::tq::QuantConfig& config,
@@ -51,8 +51,8 @@ Result<DecodePlan> plan_decode(const LayerLayout& layout, const kvcompact::tq::Q
   const std::uint64_t base = std::max<std::uint64_t>(1, std::uint64_t{layout.sequences} * layout.kv_heads * head_groups);
   // About four waves of resident blocks in total (a whole number of waves matters less then), but at least
   // 512 tokens per split: a split pays for its prologue (query rotation, lookup tables) and its partial.
-  KVC_CUDA_TRY(detail::prepare_decode(layout.head_dim, config.key_code_bits(), config.value_bits));
-  const int per_sm = std::max(1, detail::decode_blocks_per_sm(layout.head_dim, config.key_code_bits(), config.value_bits));
+  KVC_CUDA_TRY(detail::prepare_decode(layout.head_dim, config.key_code_bits(), config.value_bits, config.has_qjl()));
+  const int per_sm = std::max(1, detail::decode_blocks_per_sm(layout.head_dim, config.key_code_bits(), config.value_bits, config.has_qjl()));
   const std::uint64_t slots = static_cast<std::uint64_t>(per_sm) * static_cast<std::uint64_t>(multiprocessors);
   const std::uint64_t want = (4 * slots + base - 1) / base;
   const std::uint64_t length = std::max<std::uint64_t>(max_length, 1);
@@ -122,6 +122,7 @@ Status decode_attention(const DecodePlan& plan, const DeviceCodec& codec, const 
   p.seqs = layout.sequences;
   p.tables_key_code_bits = plan.config.key_code_bits();
   p.tables_value_bits = plan.config.value_bits;
+  p.tables_has_qjl = plan.config.has_qjl() ? 1u : 0u;
   const float scale = args.scale != 0.0f ? args.scale : 1.0f / std::sqrt(static_cast<float>(layout.head_dim));
   p.scale_log2 = scale * 1.4426950408889634f;
   KVC_CUDA_TRY(detail::launch_decode(p, static_cast<cudaStream_t>(stream)));
