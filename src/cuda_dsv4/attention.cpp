@@ -1,0 +1,134 @@
+// Host side of the DeepSeek-V4 sparse attention kernels: argument checks, the split plan (rows per split
+// from the device's multiprocessor count) and the launch through attention.cu. Allocates nothing.
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+
+#include "cuda/check.hpp"
+#include "kernels_params.hpp"
+#include "kvcompact/cuda/dsv4_kernels.hpp"
+
+namespace kvcompact::cuda::dsv4 {
+
+static_assert(sizeof(TokenRows) == sizeof(detail::TokenRowsDev));
+static_assert(offsetof(TokenRows, window_ring) == offsetof(detail::TokenRowsDev, window_ring));
+static_assert(offsetof(TokenRows, chunk_rows) == offsetof(detail::TokenRowsDev, chunk_rows));
+static_assert(offsetof(TokenRows, compressed_rows) == offsetof(detail::TokenRowsDev, compressed_rows));
+static_assert(offsetof(TokenRows, indexer_rows) == offsetof(detail::TokenRowsDev, indexer_rows));
+static_assert(offsetof(TokenRows, position) == offsetof(detail::TokenRowsDev, position));
+static_assert(offsetof(TokenRows, chunk_start) == offsetof(detail::TokenRowsDev, chunk_start));
+static_assert(offsetof(TokenRows, ring_capacity) == offsetof(detail::TokenRowsDev, ring_capacity));
+
+namespace {
+
+std::uint64_t align256(std::uint64_t x) { return (x + 255u) & ~std::uint64_t{255}; }
+
+int multiprocessors() {
+  static const int count = [] {
+    int dev = 0, sms = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return 132;
+    }
+    return std::max(sms, 1);
+  }();
+  return count;
+}
+
+struct SplitPlan {
+  std::uint32_t splits = 1;
+  std::uint32_t split_rows = detail::kAttnTileRows;
+};
+
+// About two waves of two resident blocks per multiprocessor, whole tiles per split.
+SplitPlan plan_splits(std::uint32_t count, std::uint32_t heads, std::uint32_t max_rows) {
+  const std::uint64_t tiles = std::max<std::uint64_t>(1, (std::uint64_t{max_rows} + detail::kAttnTileRows - 1) / detail::kAttnTileRows);
+  const std::uint64_t base = std::max<std::uint64_t>(1, std::uint64_t{count} * (heads / detail::kAttnHeadGroup));
+  const std::uint64_t target = 4ull * static_cast<std::uint64_t>(multiprocessors());
+  std::uint64_t splits = std::clamp<std::uint64_t>((target + base - 1) / base, 1, tiles);
+  const std::uint64_t tiles_per_split = (tiles + splits - 1) / splits;
+  splits = (tiles + tiles_per_split - 1) / tiles_per_split;
+  SplitPlan plan;
+  plan.splits = static_cast<std::uint32_t>(splits);
+  plan.split_rows = static_cast<std::uint32_t>(tiles_per_split * detail::kAttnTileRows);
+  return plan;
+}
+
+struct AttnWorkspace {
+  std::uint64_t part_o, part_ml, total;
+};
+AttnWorkspace attn_layout(std::uint32_t count, std::uint32_t heads, std::uint32_t splits) {
+  const std::uint64_t parts = std::uint64_t{count} * heads * splits;
+  AttnWorkspace w{};
+  w.part_o = 0;
+  w.part_ml = align256(parts * detail::kHeadDim * 4);
+  w.total = w.part_ml + align256(parts * 2 * 4);
+  return w;
+}
+
+}  // namespace
+
+std::uint64_t attention_workspace_bytes(std::uint32_t count, std::uint32_t heads, std::uint32_t max_rows) {
+  const SplitPlan plan = plan_splits(count, heads, max_rows);
+  return attn_layout(count, heads, plan.splits).total;
+}
+
+Status sparse_attention(const AttentionArgs& a, void* workspace, std::uint64_t workspace_bytes, void* stream) {
+  if (a.count == 0) return ok_status();
+  if (a.heads == 0 || a.heads % detail::kAttnHeadGroup != 0 || a.heads > 128) {
+    return make_error(ErrorCode::InvalidArgument, "sparse_attention: heads {} must be a multiple of 16 in [16, 128]",
+                      a.heads);
+  }
+  if (a.ratio != 0 && a.ratio != 4 && a.ratio != 128) {
+    return make_error(ErrorCode::InvalidArgument, "sparse_attention: ratio {} is not 0, 4 or 128", a.ratio);
+  }
+  if (a.tokens == nullptr || a.q == nullptr || a.out == nullptr || workspace == nullptr) {
+    return make_error(ErrorCode::InvalidArgument, "sparse_attention needs tokens, q, out and a workspace");
+  }
+  if (a.ratio == 4 && (a.indices == nullptr || a.index_stride < a.index_topk || a.index_topk == 0)) {
+    return make_error(ErrorCode::InvalidArgument,
+                      "sparse_attention: ratio 4 needs indices with index_stride {} >= index_topk {} > 0",
+                      a.index_stride, a.index_topk);
+  }
+  if (a.storage != RowStorage::Bf16 && a.storage != RowStorage::Fp8) {
+    return make_error(ErrorCode::InvalidArgument, "sparse_attention: unknown row storage {}",
+                      static_cast<int>(a.storage));
+  }
+  if (a.max_rows == 0) return make_error(ErrorCode::InvalidArgument, "sparse_attention: max_rows is 0");
+  for (float f : a.inv_freq) {
+    if (!std::isfinite(f)) return make_error(ErrorCode::InvalidArgument, "sparse_attention: inv_freq {} is not finite", f);
+  }
+  const SplitPlan plan = plan_splits(a.count, a.heads, a.max_rows);
+  const AttnWorkspace lay = attn_layout(a.count, a.heads, plan.splits);
+  if (workspace_bytes < lay.total) {
+    return make_error(ErrorCode::InvalidArgument, "sparse_attention: workspace of {} bytes, {} needed", workspace_bytes,
+                      lay.total);
+  }
+  detail::AttentionParams p{};
+  p.tokens = reinterpret_cast<const detail::TokenRowsDev*>(a.tokens);
+  p.q = a.q;
+  p.sink = a.sink;
+  p.indices = a.indices;
+  p.out = a.out;
+  auto* base = static_cast<std::uint8_t*>(workspace);
+  p.part_o = reinterpret_cast<float*>(base + lay.part_o);
+  p.part_ml = reinterpret_cast<float*>(base + lay.part_ml);
+  for (std::size_t i = 0; i < 32; ++i) p.inv_freq[i] = a.inv_freq[i];
+  p.count = a.count;
+  p.heads = a.heads;
+  p.storage = a.storage == RowStorage::Bf16 ? detail::kRowBf16 : detail::kRowFp8;
+  p.row_bytes = static_cast<std::uint32_t>(kvcompact::dsv4::attention_row_bytes(a.storage));
+  p.ratio = a.ratio;
+  p.index_stride = a.index_stride;
+  p.index_topk = a.index_topk;
+  p.splits = plan.splits;
+  p.split_rows = plan.split_rows;
+  p.inverse_rope = a.inverse_rope ? 1u : 0u;
+  p.scale_log2 = static_cast<float>(1.4426950408889634 / std::sqrt(512.0));
+  static const cudaError_t prepared = detail::prepare_attention();
+  KVC_CUDA_TRY(prepared);
+  KVC_CUDA_TRY(detail::launch_attention(p, static_cast<cudaStream_t>(stream)));
+  return ok_status();
+}
+
+}  // namespace kvcompact::cuda::dsv4

@@ -1,0 +1,312 @@
+// DeepSeek-V4 sparse attention with the sink on the GPU: per token, rows = window (oldest first) then the
+// layer's compressed rows (top-k list for ratio 4, all visible for ratio 128), K = V = the row, s = q.c/sqrt(512).
+// Split kernel: a block takes one token, 16 heads and one split of the row list; rows are decoded (bf16 or
+// FP8 layout) to fp16 in shared memory in tiles of 64, QK^T and PV run on mma.sync m16n8k16 (fp16 inputs,
+// fp32 accumulation) with an online softmax in the log2 domain. Merge kernel: combines the splits with the
+// sink, normalises and applies the inverse RoPE to the output tail.
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "kernels_device.cuh"
+#include "kernels_params.hpp"
+
+namespace kvcompact::cuda::dsv4::detail {
+
+namespace {
+
+constexpr unsigned kQStride = kHeadDim + 8;  // halfs per row in shared memory (conflict-free fragments)
+constexpr unsigned kKStride = kHeadDim + 8;
+constexpr unsigned kSStride = kAttnTileRows + 4;  // floats
+constexpr unsigned kPStride = kAttnTileRows + 8;  // halfs
+
+struct AttnSmem {
+  __half q[kAttnHeadGroup * kQStride];
+  __half k[kAttnTileRows * kKStride];
+  float s[kAttnHeadGroup * kSStride];
+  __half pr[kAttnHeadGroup * kPStride];
+  float alpha[kAttnHeadGroup];
+  float m[kAttnHeadGroup];
+  float l[kAttnHeadGroup];
+  const std::uint8_t* rows[kAttnTileRows];
+};
+
+__device__ __forceinline__ const std::uint8_t* row_pointer(const AttentionParams& p, const TokenRowsDev& d,
+                                                           std::uint32_t token, std::uint32_t j, std::uint32_t nw) {
+  if (j < nw) {
+    const std::int64_t pos = d.position - static_cast<std::int64_t>(nw) + 1 + j;
+    if (d.chunk_rows != nullptr && pos >= d.chunk_start) {
+      return d.chunk_rows + static_cast<std::uint64_t>(pos - d.chunk_start) * p.row_bytes;
+    }
+    return d.window_ring + static_cast<std::uint64_t>(pos % d.ring_capacity) * p.row_bytes;
+  }
+  const std::uint32_t c = j - nw;
+  if (p.ratio == 4) {
+    const std::int32_t idx = p.indices[static_cast<std::uint64_t>(token) * p.index_stride + c];
+    return idx >= 0 ? d.compressed_rows + static_cast<std::uint64_t>(idx) * p.row_bytes : nullptr;
+  }
+  return d.compressed_rows + static_cast<std::uint64_t>(c) * p.row_bytes;
+}
+
+__device__ __forceinline__ std::uint32_t to_half2_bits(float a, float b) { return pack_half2(a, b); }
+
+__global__ void __launch_bounds__(kAttnThreads) attention_split_kernel(AttentionParams p) {
+  extern __shared__ __align__(16) std::uint8_t smem_raw[];
+  AttnSmem& sm = *reinterpret_cast<AttnSmem*>(smem_raw);
+  const std::uint32_t split = blockIdx.x, token = blockIdx.y, hg = blockIdx.z;
+  const unsigned tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, tig = lane % 4;
+  const TokenRowsDev d = p.tokens[token];
+  const std::uint32_t nw = window_count(d.position);
+  const std::uint32_t n = nw + compressed_count(d.position, p.ratio, p.index_topk);
+  const std::uint32_t r_begin = split * p.split_rows;
+  const std::uint64_t part = (static_cast<std::uint64_t>(token) * p.heads + hg * kAttnHeadGroup) * p.splits + split;
+  if (r_begin >= n) {
+    if (tid < kAttnHeadGroup) {
+      p.part_ml[(part + static_cast<std::uint64_t>(tid) * p.splits) * 2] = -INFINITY;
+      p.part_ml[(part + static_cast<std::uint64_t>(tid) * p.splits) * 2 + 1] = 0.0f;
+    }
+    return;
+  }
+  const std::uint32_t r_end = min(n, r_begin + p.split_rows);
+
+  const float* qsrc = p.q + (static_cast<std::uint64_t>(token) * p.heads + hg * kAttnHeadGroup) * kHeadDim;
+  for (unsigned i = tid; i < kAttnHeadGroup * kHeadDim / 2; i += kAttnThreads) {
+    const unsigned h = (2 * i) / kHeadDim, c = (2 * i) % kHeadDim;
+    const float2 v = *reinterpret_cast<const float2*>(qsrc + h * kHeadDim + c);
+    *reinterpret_cast<std::uint32_t*>(&sm.q[h * kQStride + c]) = to_half2_bits(v.x, v.y);
+  }
+  if (tid < kAttnHeadGroup) {
+    sm.m[tid] = -INFINITY;
+    sm.l[tid] = 0.0f;
+  }
+  float o[16][4];
+#pragma unroll
+  for (int i = 0; i < 16; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+
+  for (std::uint32_t t0 = r_begin; t0 < r_end; t0 += kAttnTileRows) {
+    const std::uint32_t rows_here = min(kAttnTileRows, r_end - t0);
+    if (tid < kAttnTileRows) sm.rows[tid] = tid < rows_here ? row_pointer(p, d, token, t0 + tid, nw) : nullptr;
+    __syncthreads();
+    // ---- decode the tile's rows to fp16 (zeros for missing rows, so no NaN enters the MMA).
+    if (p.storage == kRowBf16) {
+      for (unsigned c = tid; c < kAttnTileRows * 64; c += kAttnThreads) {
+        const unsigned r = c / 64, pc = c % 64;
+        const std::uint8_t* src = sm.rows[r];
+        uint4 outv = make_uint4(0, 0, 0, 0);
+        if (src != nullptr) {
+          const uint4 v = *reinterpret_cast<const uint4*>(src + pc * 16);
+          outv.x = to_half2_bits(bf16_bits_to_f32(v.x & 0xFFFFu), bf16_bits_to_f32(v.x >> 16));
+          outv.y = to_half2_bits(bf16_bits_to_f32(v.y & 0xFFFFu), bf16_bits_to_f32(v.y >> 16));
+          outv.z = to_half2_bits(bf16_bits_to_f32(v.z & 0xFFFFu), bf16_bits_to_f32(v.z >> 16));
+          outv.w = to_half2_bits(bf16_bits_to_f32(v.w & 0xFFFFu), bf16_bits_to_f32(v.w >> 16));
+        }
+        *reinterpret_cast<uint4*>(&sm.k[r * kKStride + pc * 8]) = outv;
+      }
+    } else {
+      // FP8 row: 56 pieces of 8 e4m3 codes (block scale byte 576 + piece / 8), 16 pieces of 4 bf16 (tail).
+      for (unsigned c = tid; c < kAttnTileRows * 72; c += kAttnThreads) {
+        const unsigned r = c / 72, pc = c % 72;
+        const std::uint8_t* src = sm.rows[r];
+        if (pc < 56) {
+          uint4 outv = make_uint4(0, 0, 0, 0);
+          if (src != nullptr) {
+            const uint2 v = *reinterpret_cast<const uint2*>(src + pc * 8);
+            const int e = static_cast<int>(src[576 + pc / 8]) - 127;
+            float f[8];
+#pragma unroll
+            for (int b = 0; b < 4; ++b) {
+              f[b] = ldexpf(e4m3_to_f32((v.x >> (8 * b)) & 0xFFu), e);
+              f[4 + b] = ldexpf(e4m3_to_f32((v.y >> (8 * b)) & 0xFFu), e);
+            }
+            outv.x = to_half2_bits(f[0], f[1]);
+            outv.y = to_half2_bits(f[2], f[3]);
+            outv.z = to_half2_bits(f[4], f[5]);
+            outv.w = to_half2_bits(f[6], f[7]);
+          }
+          *reinterpret_cast<uint4*>(&sm.k[r * kKStride + pc * 8]) = outv;
+        } else {
+          const unsigned k = pc - 56;
+          uint2 outv = make_uint2(0, 0);
+          if (src != nullptr) {
+            const uint2 v = *reinterpret_cast<const uint2*>(src + 448 + k * 8);
+            outv.x = to_half2_bits(bf16_bits_to_f32(v.x & 0xFFFFu), bf16_bits_to_f32(v.x >> 16));
+            outv.y = to_half2_bits(bf16_bits_to_f32(v.y & 0xFFFFu), bf16_bits_to_f32(v.y >> 16));
+          }
+          *reinterpret_cast<uint2*>(&sm.k[r * kKStride + 448 + k * 4]) = outv;
+        }
+      }
+    }
+    __syncthreads();
+    // ---- S = Q K^T: warp w takes rows [16w, 16w + 16) of the tile (two n-tiles of 8).
+    {
+      float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+      const __half* qa = &sm.q[g * kQStride + 2 * tig];
+      const __half* kb0 = &sm.k[(warp * 16 + g) * kKStride + 2 * tig];
+      const __half* kb1 = kb0 + 8 * kKStride;
+#pragma unroll 4
+      for (unsigned ks = 0; ks < kHeadDim / 16; ++ks) {
+        const unsigned c = ks * 16;
+        std::uint32_t a[4];
+        a[0] = *reinterpret_cast<const std::uint32_t*>(qa + c);
+        a[1] = *reinterpret_cast<const std::uint32_t*>(qa + 8 * kQStride + c);
+        a[2] = *reinterpret_cast<const std::uint32_t*>(qa + c + 8);
+        a[3] = *reinterpret_cast<const std::uint32_t*>(qa + 8 * kQStride + c + 8);
+        mma_f16(s[0], a, *reinterpret_cast<const std::uint32_t*>(kb0 + c),
+                *reinterpret_cast<const std::uint32_t*>(kb0 + c + 8));
+        mma_f16(s[1], a, *reinterpret_cast<const std::uint32_t*>(kb1 + c),
+                *reinterpret_cast<const std::uint32_t*>(kb1 + c + 8));
+      }
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) {
+        const unsigned r = warp * 16 + nt * 8 + 2 * tig;
+        const bool v0 = r < rows_here && sm.rows[r] != nullptr;
+        const bool v1 = r + 1 < rows_here && sm.rows[r + 1] != nullptr;
+        sm.s[g * kSStride + r] = v0 ? s[nt][0] * p.scale_log2 : -INFINITY;
+        sm.s[g * kSStride + r + 1] = v1 ? s[nt][1] * p.scale_log2 : -INFINITY;
+        sm.s[(g + 8) * kSStride + r] = v0 ? s[nt][2] * p.scale_log2 : -INFINITY;
+        sm.s[(g + 8) * kSStride + r + 1] = v1 ? s[nt][3] * p.scale_log2 : -INFINITY;
+      }
+    }
+    __syncthreads();
+    // ---- online softmax: warp w updates heads 4w .. 4w + 3.
+#pragma unroll
+    for (unsigned hh = 0; hh < 4; ++hh) {
+      const unsigned h = warp * 4 + hh;
+      const float v0 = sm.s[h * kSStride + lane], v1 = sm.s[h * kSStride + lane + 32];
+      float mx = fmaxf(v0, v1);
+#pragma unroll
+      for (int o2 = 16; o2 > 0; o2 >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, o2));
+      const float m_old = sm.m[h];
+      const float m_new = fmaxf(m_old, mx);
+      float p0 = 0.0f, p1 = 0.0f, alpha = 1.0f;
+      if (m_new != -INFINITY) {
+        p0 = exp2f(v0 - m_new);
+        p1 = exp2f(v1 - m_new);
+        alpha = exp2f(m_old - m_new);
+      }
+      const __half h0 = __float2half_rn(p0), h1 = __float2half_rn(p1);
+      sm.pr[h * kPStride + lane] = h0;
+      sm.pr[h * kPStride + lane + 32] = h1;
+      float sum = __half2float(h0) + __half2float(h1);
+#pragma unroll
+      for (int o2 = 16; o2 > 0; o2 >>= 1) sum += __shfl_xor_sync(0xFFFFFFFFu, sum, o2);
+      __syncwarp();
+      if (lane == 0) {
+        sm.l[h] = sm.l[h] * alpha + sum;
+        sm.m[h] = m_new;
+        sm.alpha[h] = alpha;
+      }
+    }
+    __syncthreads();
+    // ---- O = alpha O + P V: warp w owns dims [128w, 128w + 128) (16 n-tiles of 8).
+    {
+      const float al = sm.alpha[g], ah = sm.alpha[g + 8];
+#pragma unroll
+      for (int nt = 0; nt < 16; ++nt) {
+        o[nt][0] *= al;
+        o[nt][1] *= al;
+        o[nt][2] *= ah;
+        o[nt][3] *= ah;
+      }
+      const __half* pa = &sm.pr[g * kPStride + 2 * tig];
+      const unsigned krow = (lane & 7) + ((lane >> 3) & 1) * 8;
+      const unsigned kcol = warp * 128 + (lane >> 4) * 8;
+#pragma unroll
+      for (unsigned ks = 0; ks < kAttnTileRows / 16; ++ks) {
+        const unsigned c = ks * 16;
+        std::uint32_t a[4];
+        a[0] = *reinterpret_cast<const std::uint32_t*>(pa + c);
+        a[1] = *reinterpret_cast<const std::uint32_t*>(pa + 8 * kPStride + c);
+        a[2] = *reinterpret_cast<const std::uint32_t*>(pa + c + 8);
+        a[3] = *reinterpret_cast<const std::uint32_t*>(pa + 8 * kPStride + c + 8);
+#pragma unroll
+        for (int np = 0; np < 8; ++np) {
+          std::uint32_t b[4];
+          ldmatrix_x4_trans(b, &sm.k[(c + krow) * kKStride + kcol + np * 16]);
+          mma_f16(o[2 * np], a, b[0], b[1]);
+          mma_f16(o[2 * np + 1], a, b[2], b[3]);
+        }
+      }
+    }
+    __syncthreads();
+  }
+  // ---- partials: unnormalised O, running max (log2 units) and sum per head.
+#pragma unroll
+  for (int nt = 0; nt < 16; ++nt) {
+    const unsigned dim = warp * 128 + nt * 8 + 2 * tig;
+    float* lo = p.part_o + (part + static_cast<std::uint64_t>(g) * p.splits) * kHeadDim + dim;
+    float* hi = p.part_o + (part + static_cast<std::uint64_t>(g + 8) * p.splits) * kHeadDim + dim;
+    *reinterpret_cast<float2*>(lo) = make_float2(o[nt][0], o[nt][1]);
+    *reinterpret_cast<float2*>(hi) = make_float2(o[nt][2], o[nt][3]);
+  }
+  if (tid < kAttnHeadGroup) {
+    p.part_ml[(part + static_cast<std::uint64_t>(tid) * p.splits) * 2] = sm.m[tid];
+    p.part_ml[(part + static_cast<std::uint64_t>(tid) * p.splits) * 2 + 1] = sm.l[tid];
+  }
+}
+
+// One block per (head, token): 128 threads x 4 dims.
+__global__ void __launch_bounds__(128) attention_merge_kernel(AttentionParams p) {
+  const std::uint32_t h = blockIdx.x, token = blockIdx.y;
+  const TokenRowsDev d = p.tokens[token];
+  const std::uint32_t n = window_count(d.position) + compressed_count(d.position, p.ratio, p.index_topk);
+  const std::uint32_t used = min(p.splits, (n + p.split_rows - 1) / p.split_rows);
+  const std::uint64_t base = (static_cast<std::uint64_t>(token) * p.heads + h) * p.splits;
+  const float sink2 = p.sink != nullptr ? p.sink[h] * 1.4426950408889634f : -INFINITY;
+  float mx = sink2;
+  for (std::uint32_t s = 0; s < used; ++s) {
+    if (p.part_ml[(base + s) * 2 + 1] > 0.0f) mx = fmaxf(mx, p.part_ml[(base + s) * 2]);
+  }
+  float denom = (p.sink != nullptr && mx != -INFINITY) ? exp2f(sink2 - mx) : 0.0f;
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  const unsigned d0 = threadIdx.x * 4;
+  for (std::uint32_t s = 0; s < used; ++s) {
+    const float l = p.part_ml[(base + s) * 2 + 1];
+    if (!(l > 0.0f)) continue;
+    const float wgt = exp2f(p.part_ml[(base + s) * 2] - mx);
+    denom += l * wgt;
+    const float4 v = *reinterpret_cast<const float4*>(p.part_o + (base + s) * kHeadDim + d0);
+    acc[0] += wgt * v.x;
+    acc[1] += wgt * v.y;
+    acc[2] += wgt * v.z;
+    acc[3] += wgt * v.w;
+  }
+  const float inv = denom > 0.0f ? 1.0f / denom : 0.0f;
+  float r[4] = {acc[0] * inv, acc[1] * inv, acc[2] * inv, acc[3] * inv};
+  if (p.inverse_rope != 0 && d0 >= kHeadDim - 64) {
+    // rope.cpp: angle float(float(t) * inv_freq[i]); cos / sin in double rounded to float; inverse rotation.
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      const unsigned pair = (d0 - (kHeadDim - 64)) / 2 + k;
+      const float ang = __fmul_rn(static_cast<float>(d.position), p.inv_freq[pair]);
+      const float c = static_cast<float>(cos(static_cast<double>(ang)));
+      const float sn = -static_cast<float>(sin(static_cast<double>(ang)));
+      const float x0 = r[2 * k], x1 = r[2 * k + 1];
+      r[2 * k] = x0 * c - x1 * sn;
+      r[2 * k + 1] = x0 * sn + x1 * c;
+    }
+  }
+  float* out = p.out + (static_cast<std::uint64_t>(token) * p.heads + h) * kHeadDim + d0;
+  *reinterpret_cast<float4*>(out) = make_float4(r[0], r[1], r[2], r[3]);
+}
+
+}  // namespace
+
+cudaError_t prepare_attention() {
+  return cudaFuncSetAttribute(attention_split_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                              static_cast<int>(sizeof(AttnSmem)));
+}
+
+cudaError_t launch_attention(const AttentionParams& p, cudaStream_t stream) {
+  if (p.count == 0) return cudaSuccess;
+  const dim3 grid(p.splits, p.count, p.heads / kAttnHeadGroup);
+  attention_split_kernel<<<grid, kAttnThreads, sizeof(AttnSmem), stream>>>(p);
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) return e;
+  attention_merge_kernel<<<dim3(p.heads, p.count), 128, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
+}  // namespace kvcompact::cuda::dsv4::detail

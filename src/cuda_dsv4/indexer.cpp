@@ -1,0 +1,160 @@
+// Host side of the DeepSeek-V4 indexer kernels: query preparation, scores and top-k (argument checks,
+// grid and chunk sizing, workspaces) launching indexer.cu / topk.cu. Allocates nothing.
+#include <algorithm>
+#include <cmath>
+
+#include "cuda/check.hpp"
+#include "kernels_params.hpp"
+#include "kvcompact/cuda/dsv4_kernels.hpp"
+
+namespace kvcompact::cuda::dsv4 {
+
+namespace {
+
+int multiprocessors() {
+  static const int count = [] {
+    int dev = 0, sms = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return 132;
+    }
+    return std::max(sms, 1);
+  }();
+  return count;
+}
+
+// Stage-1 chunk of the top-k: chunks * k candidates must fit stage 2's shared memory, a chunk stage 1's;
+// at least 4k rows per chunk (so stage 1 discards most rows) unless a token has fewer.
+std::uint32_t topk_chunk_rows(std::uint32_t max_rows, std::uint32_t k) {
+  const std::uint64_t max_chunks = detail::kTopkMaxCandidates / k;
+  std::uint64_t chunk = (std::uint64_t{max_rows} + max_chunks - 1) / max_chunks;
+  chunk = std::max<std::uint64_t>(chunk, std::min<std::uint64_t>(4ull * k, detail::kTopkMaxChunk));
+  chunk = (chunk + 255) / 256 * 256;
+  return static_cast<std::uint32_t>(std::min<std::uint64_t>(chunk, detail::kTopkMaxChunk));
+}
+
+}  // namespace
+
+std::uint64_t indexer_query_workspace_bytes(std::uint32_t tokens) { return detail::query_layout(tokens).total; }
+
+Status indexer_prepare_queries(const float* q, std::uint32_t tokens, std::uint32_t heads, bool already_prepared,
+                               void* query_workspace, std::uint64_t workspace_bytes, void* stream) {
+  if (tokens == 0) return ok_status();
+  if (heads == 0 || heads > kMaxIndexerHeads) {
+    return make_error(ErrorCode::InvalidArgument, "indexer_prepare_queries: heads {} not in [1, {}]", heads,
+                      kMaxIndexerHeads);
+  }
+  if (q == nullptr || query_workspace == nullptr) {
+    return make_error(ErrorCode::InvalidArgument, "indexer_prepare_queries needs q and a workspace");
+  }
+  const detail::QueryLayout lay = detail::query_layout(tokens);
+  if (workspace_bytes < lay.total) {
+    return make_error(ErrorCode::InvalidArgument, "indexer_prepare_queries: workspace of {} bytes, {} needed",
+                      workspace_bytes, lay.total);
+  }
+  detail::PrepareParams p{};
+  p.q = q;
+  p.ws = static_cast<std::uint8_t*>(query_workspace);
+  p.layout = lay;
+  p.tokens = tokens;
+  p.heads = heads;
+  p.already_prepared = already_prepared ? 1u : 0u;
+  p.hadamard_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(detail::kIndexerDim)));
+  KVC_CUDA_TRY(detail::launch_prepare_queries(p, static_cast<cudaStream_t>(stream)));
+  return ok_status();
+}
+
+Status indexer_scores(const IndexerScoreArgs& a, void* stream) {
+  if (a.count == 0) return ok_status();
+  if (a.heads == 0 || a.heads > kMaxIndexerHeads) {
+    return make_error(ErrorCode::InvalidArgument, "indexer_scores: heads {} not in [1, {}]", a.heads, kMaxIndexerHeads);
+  }
+  if (a.tokens == nullptr || a.weights == nullptr || a.query_workspace == nullptr || a.scores == nullptr) {
+    return make_error(ErrorCode::InvalidArgument, "indexer_scores needs tokens, weights, the query workspace and scores");
+  }
+  if (a.score_stride < a.max_visible) {
+    return make_error(ErrorCode::InvalidArgument, "indexer_scores: score_stride {} < max_visible {}", a.score_stride,
+                      a.max_visible);
+  }
+  std::uint32_t storage = 0;
+  switch (a.storage) {
+    case IndexerStorage::Bf16: storage = detail::kIdxBf16; break;
+    case IndexerStorage::Fp8: storage = detail::kIdxFp8; break;
+    case IndexerStorage::Mxfp4: storage = detail::kIdxMxfp4; break;
+    default:
+      return make_error(ErrorCode::InvalidArgument, "indexer_scores: unknown indexer storage {}",
+                        static_cast<int>(a.storage));
+  }
+  detail::ScoreParams p{};
+  p.tokens = reinterpret_cast<const detail::TokenRowsDev*>(a.tokens);
+  p.weights = a.weights;
+  p.ws = static_cast<const std::uint8_t*>(a.query_workspace);
+  p.layout = detail::query_layout(a.count);
+  p.scores = a.scores;
+  p.fallback_rows = a.fallback_rows;
+  p.count = a.count;
+  p.heads = a.heads;
+  p.storage = storage;
+  p.row_bytes = static_cast<std::uint32_t>(kvcompact::dsv4::indexer_row_bytes(a.storage));
+  p.score_stride = a.score_stride;
+  // Enough blocks for about four per multiprocessor in total; a block loops over its token's tiles.
+  const std::uint64_t tiles = (std::uint64_t{a.max_visible} + detail::kScoreTileRows - 1) / detail::kScoreTileRows;
+  const std::uint64_t want = (8ull * static_cast<std::uint64_t>(multiprocessors()) + a.count - 1) / a.count;
+  p.blocks_per_token = static_cast<std::uint32_t>(std::min<std::uint64_t>(tiles, std::max<std::uint64_t>(want, 1)));
+  if (p.blocks_per_token == 0) return ok_status();
+  KVC_CUDA_TRY(detail::launch_indexer_scores(p, static_cast<cudaStream_t>(stream)));
+  return ok_status();
+}
+
+std::uint32_t topk_max_rows(std::uint32_t k) {
+  if (k == 0 || k > detail::kTopkMaxK) return 0;
+  const std::uint64_t chunks = detail::kTopkMaxCandidates / k;
+  return static_cast<std::uint32_t>(std::min<std::uint64_t>(chunks * detail::kTopkMaxChunk, 0x7FFFFFFFull));
+}
+
+std::uint64_t topk_workspace_bytes(std::uint32_t count, std::uint32_t max_rows, std::uint32_t k) {
+  if (k == 0) return 0;
+  const std::uint32_t chunk = topk_chunk_rows(std::max<std::uint32_t>(max_rows, 1), k);
+  const std::uint64_t chunks = (std::uint64_t{std::max<std::uint32_t>(max_rows, 1)} + chunk - 1) / chunk;
+  return std::uint64_t{count} * chunks * k * 8;
+}
+
+Status indexer_topk(const TopkArgs& a, void* workspace, std::uint64_t workspace_bytes, void* stream) {
+  if (a.count == 0) return ok_status();
+  if (a.k == 0 || a.k > detail::kTopkMaxK) {
+    return make_error(ErrorCode::InvalidArgument, "indexer_topk: k {} not in [1, {}]", a.k, detail::kTopkMaxK);
+  }
+  if (a.max_rows > topk_max_rows(a.k)) {
+    return make_error(ErrorCode::Unsupported, "indexer_topk: max_rows {} exceeds the limit {} for k {}", a.max_rows,
+                      topk_max_rows(a.k), a.k);
+  }
+  if (a.scores == nullptr || a.out == nullptr || workspace == nullptr || (a.counts == nullptr && a.tokens == nullptr)) {
+    return make_error(ErrorCode::InvalidArgument, "indexer_topk needs scores, out, a workspace and counts or tokens");
+  }
+  if (a.counts == nullptr && a.ratio == 0) return make_error(ErrorCode::InvalidArgument, "indexer_topk: ratio 0");
+  if (a.out_stride < a.k || a.score_stride < a.max_rows) {
+    return make_error(ErrorCode::InvalidArgument, "indexer_topk: out_stride {} < k {} or score_stride {} < max_rows {}",
+                      a.out_stride, a.k, a.score_stride, a.max_rows);
+  }
+  const std::uint64_t need = topk_workspace_bytes(a.count, a.max_rows, a.k);
+  if (workspace_bytes < need) {
+    return make_error(ErrorCode::InvalidArgument, "indexer_topk: workspace of {} bytes, {} needed", workspace_bytes, need);
+  }
+  detail::TopkParams p{};
+  p.scores = a.scores;
+  p.counts = a.counts;
+  p.tokens = reinterpret_cast<const detail::TokenRowsDev*>(a.tokens);
+  p.candidates = static_cast<std::uint64_t*>(workspace);
+  p.out = a.out;
+  p.count = a.count;
+  p.score_stride = a.score_stride;
+  p.k = a.k;
+  p.out_stride = a.out_stride;
+  p.chunk_rows = topk_chunk_rows(std::max<std::uint32_t>(a.max_rows, 1), a.k);
+  p.chunks = static_cast<std::uint32_t>((std::uint64_t{std::max<std::uint32_t>(a.max_rows, 1)} + p.chunk_rows - 1) / p.chunk_rows);
+  p.ratio = a.ratio;
+  KVC_CUDA_TRY(detail::launch_topk(p, static_cast<cudaStream_t>(stream)));
+  return ok_status();
+}
+
+}  // namespace kvcompact::cuda::dsv4

@@ -1,0 +1,113 @@
+// Internal device helpers of the DeepSeek-V4 kernels: row decoders that mirror the CPU storage decoders
+// (storage.cpp / core dtypes) value for value, the token's row arithmetic, and the mma.sync wrappers.
+#pragma once
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels_params.hpp"
+
+namespace kvcompact::cuda::dsv4::detail {
+
+__device__ __forceinline__ float bf16_bits_to_f32(std::uint32_t b16) { return __uint_as_float(b16 << 16); }
+
+// OCP E4M3FN decode, as core/dtypes.hpp's fp8_e4m3_decode_bits (exact).
+__device__ __forceinline__ float e4m3_to_f32(std::uint32_t c) {
+  const std::uint32_t sign = (c & 0x80u) << 24;
+  const std::uint32_t e = (c >> 3) & 0xFu;
+  std::uint32_t m = c & 0x7u;
+  if (e == 0xFu && m == 0x7u) return __uint_as_float(sign | 0x7FC00000u);
+  if (e != 0) return __uint_as_float(sign | ((e + 120u) << 23) | (m << 20));
+  if (m == 0) return __uint_as_float(sign);
+  const unsigned shift = static_cast<unsigned>(__clz(m)) - 28u;
+  m = (m << shift) & 0x7u;
+  return __uint_as_float(sign | ((121u - shift) << 23) | (m << 20));
+}
+
+__device__ __forceinline__ float e2m1_to_f32(std::uint32_t nibble) {
+  constexpr float kMag[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+  const float m = kMag[nibble & 7u];
+  return (nibble & 8u) ? -m : m;
+}
+
+// Load 4 bytes from a 4-byte aligned address.
+__device__ __forceinline__ std::uint32_t ld_u32(const std::uint8_t* p) {
+  return *reinterpret_cast<const std::uint32_t*>(p);
+}
+
+// Indexer row value of dim d (exactly decode_indexer_row of storage.cpp).
+__device__ __forceinline__ float indexer_value(const std::uint8_t* row, std::uint32_t storage, std::uint32_t d) {
+  if (storage == kIdxBf16) {
+    const std::uint32_t lo = row[2 * d], hi = row[2 * d + 1];
+    return bf16_bits_to_f32(lo | (hi << 8));
+  }
+  if (storage == kIdxFp8) {
+    const float scale = __uint_as_float(ld_u32(row + kIndexerDim));
+    return __fmul_rn(e4m3_to_f32(row[d]), scale);
+  }
+  const int e = static_cast<int>(row[64 + d / 32]) - 127;
+  const std::uint32_t byte = row[d / 2];
+  const std::uint32_t nib = (d % 2 == 0) ? (byte & 0xFu) : (byte >> 4);
+  return ldexpf(e2m1_to_f32(nib), e);
+}
+
+// Exponent of the lowest set bit of a finite non-zero float's value (v = odd * 2^result).
+__device__ __forceinline__ int lowbit_exponent(float v) {
+  const std::uint32_t bits = __float_as_uint(v) & 0x7FFFFFFFu;
+  const std::uint32_t ex = bits >> 23;
+  std::uint32_t mant = bits & 0x7FFFFFu;
+  int base;
+  if (ex == 0) {
+    base = -149;
+  } else {
+    mant |= 0x800000u;
+    base = static_cast<int>(ex) - 150;
+  }
+  return base + (__ffs(static_cast<int>(mant)) - 1);
+}
+
+// 2^e as a float for e in [-126, 127].
+__device__ __forceinline__ float pow2f(int e) { return __uint_as_float(static_cast<std::uint32_t>(e + 127) << 23); }
+
+// Rows of a token: window count min(t + 1, 128), then the compressed rows of the layer.
+__device__ __forceinline__ std::uint32_t window_count(std::int64_t t) {
+  return static_cast<std::uint32_t>(t + 1 < kWindow ? t + 1 : kWindow);
+}
+__device__ __forceinline__ std::uint32_t compressed_count(std::int64_t t, std::uint32_t ratio, std::uint32_t topk) {
+  if (ratio == 0) return 0;
+  const std::uint64_t vis = static_cast<std::uint64_t>(t + 1) / ratio;
+  if (ratio == 4) return static_cast<std::uint32_t>(vis < topk ? vis : topk);
+  return static_cast<std::uint32_t>(vis);
+}
+
+// mma.sync wrappers (sm_80+; fp16 with f32 accumulation, s8 with s32 accumulation).
+__device__ __forceinline__ void mma_f16(float (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0, std::uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ void mma_s8(int (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0, std::uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// ldmatrix x4 transposed: four 8x8 b16 matrices, row addresses from lanes 0-7, 8-15, 16-23, 24-31.
+__device__ __forceinline__ void ldmatrix_x4_trans(std::uint32_t (&r)[4], const void* smem_row) {
+  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(smem_row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+__device__ __forceinline__ std::uint32_t pack_half2(float lo, float hi) {
+  const __half2 h = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<const std::uint32_t*>(&h);
+}
+
+}  // namespace kvcompact::cuda::dsv4::detail

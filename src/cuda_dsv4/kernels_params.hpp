@@ -1,0 +1,111 @@
+// Internal: plain parameter structs and launchers of the DeepSeek-V4 CUDA kernels (indexer scoring, top-k,
+// sparse attention). Shared by the kernel files (.cu, no fmt / kvcompact error header) and the host files
+// (.cpp) that validate arguments, size workspaces and map CUDA errors with KVC_CUDA_TRY.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace kvcompact::cuda::dsv4::detail {
+
+// Mirror of the public TokenRows (dsv4_kernels.hpp); attention.cpp static_asserts the layouts agree.
+struct TokenRowsDev {
+  const std::uint8_t* window_ring;
+  const std::uint8_t* chunk_rows;
+  const std::uint8_t* compressed_rows;
+  const std::uint8_t* indexer_rows;
+  std::int64_t position;
+  std::int64_t chunk_start;
+  std::uint32_t ring_capacity;
+  std::uint32_t reserved;
+};
+
+// Storage codes (values of kvcompact::dsv4::RowStorage / IndexerStorage).
+inline constexpr std::uint32_t kRowBf16 = 0, kRowFp8 = 1;
+inline constexpr std::uint32_t kIdxBf16 = 0, kIdxFp8 = 1, kIdxMxfp4 = 2;
+
+inline constexpr std::uint32_t kIndexerDim = 128;
+inline constexpr std::uint32_t kIndexerMaxHeads = 64;  // the MMA tile covers 64 heads (4 warps x 16)
+inline constexpr std::uint32_t kHeadDim = 512;
+inline constexpr std::uint32_t kWindow = 128;
+
+// ---- indexer query preparation ------------------------------------------------------------------------
+// Query workspace of `tokens` tokens (offsets in bytes from the workspace base):
+//   qf   float [tokens, 64, 128]   prepared query (Hadamard + FP4), exactly the CPU's prepare_indexer_query
+//   qi   int8  [tokens, 64, 128]   qf / 2^fq[head] as integers (|qi| <= 127), zero for padded heads
+//   fq   int32 [tokens, 64]        per-head exponent
+//   info int32 [tokens, 4]         {all heads exact (1/0), min fq, max fq, 0}
+struct QueryLayout {
+  std::uint64_t qf, qi, fq, info, total;
+};
+inline QueryLayout query_layout(std::uint64_t tokens) {
+  auto al = [](std::uint64_t x) { return (x + 255u) & ~std::uint64_t{255}; };
+  QueryLayout l{};
+  l.qf = 0;
+  l.qi = al(l.qf + tokens * kIndexerMaxHeads * kIndexerDim * 4);
+  l.fq = al(l.qi + tokens * kIndexerMaxHeads * kIndexerDim);
+  l.info = al(l.fq + tokens * kIndexerMaxHeads * 4);
+  l.total = al(l.info + tokens * 16);
+  return l;
+}
+
+struct PrepareParams {
+  const float* q;  // [tokens, heads, 128]
+  std::uint8_t* ws;
+  QueryLayout layout;
+  std::uint32_t tokens, heads;
+  std::uint32_t already_prepared;  // 1: q is already Hadamard + FP4 rounded
+  float hadamard_scale;            // float(1 / sqrt(128)) as the CPU computes it
+};
+cudaError_t launch_prepare_queries(const PrepareParams& p, cudaStream_t stream);
+
+// ---- indexer scores -----------------------------------------------------------------------------------
+inline constexpr std::uint32_t kScoreTileRows = 64;
+inline constexpr std::uint32_t kScoreThreads = 128;
+struct ScoreParams {
+  const TokenRowsDev* tokens;
+  const float* weights;  // [tokens, heads]
+  const std::uint8_t* ws;
+  QueryLayout layout;
+  float* scores;  // [tokens, score_stride]
+  unsigned long long* fallback_rows;  // optional counter of rows scored by the exact scalar path
+  std::uint32_t count, heads, storage, row_bytes, score_stride, blocks_per_token;
+};
+cudaError_t launch_indexer_scores(const ScoreParams& p, cudaStream_t stream);
+
+// ---- top-k --------------------------------------------------------------------------------------------
+inline constexpr std::uint32_t kTopkMaxK = 2048;
+inline constexpr std::uint32_t kTopkMaxCandidates = 16384;  // stage 2 keeps them in shared memory
+inline constexpr std::uint32_t kTopkMaxChunk = 16384;       // stage 1 keeps a chunk in shared memory
+struct TopkParams {
+  const float* scores;  // [tokens, score_stride]
+  const std::uint32_t* counts;  // [tokens] or null (then from positions)
+  const TokenRowsDev* tokens;   // used when counts is null: (position + 1) / ratio
+  std::uint64_t* candidates;    // [tokens, chunks, k]
+  std::int32_t* out;            // [tokens, out_stride]
+  std::uint32_t count, score_stride, k, out_stride, chunk_rows, chunks, ratio;
+};
+cudaError_t launch_topk(const TopkParams& p, cudaStream_t stream);
+
+// ---- sparse attention ---------------------------------------------------------------------------------
+inline constexpr std::uint32_t kAttnTileRows = 64;
+inline constexpr std::uint32_t kAttnHeadGroup = 16;  // heads per block (the MMA's M)
+inline constexpr std::uint32_t kAttnThreads = 128;
+struct AttentionParams {
+  const TokenRowsDev* tokens;
+  const float* q;     // [count, heads, 512]
+  const float* sink;  // [heads] or null (no sink)
+  const std::int32_t* indices;  // [count, index_stride] (ratio 4)
+  float* out;                   // [count, heads, 512]
+  float* part_o;                // [count, heads, splits, 512]
+  float* part_ml;               // [count, heads, splits, 2]  (max in log2 units, sum)
+  float inv_freq[32];
+  std::uint32_t count, heads, storage, row_bytes, ratio, index_stride, index_topk, splits, split_rows;
+  std::uint32_t inverse_rope;
+  float scale_log2;  // log2(e) / sqrt(512)
+};
+cudaError_t prepare_attention();
+cudaError_t launch_attention(const AttentionParams& p, cudaStream_t stream);
+
+}  // namespace kvcompact::cuda::dsv4::detail

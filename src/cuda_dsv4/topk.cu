@@ -1,0 +1,206 @@
+// Exact top-k of the indexer scores with the CPU's order (higher score first, then lower index; NaN below
+// every number; unavailable slots -1). Each (score, index) becomes one distinct 64-bit key
+// (order-preserving score bits << 32 | ~index), so the order is a strict total order and the answer is
+// unique. Stage 1: per chunk of rows, an MSB-first radix select in shared memory keeps the chunk's k best
+// keys. Stage 2: per token, the same select over the chunks' candidates, then a bitonic sort of the k keys.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels_params.hpp"
+
+namespace kvcompact::cuda::dsv4::detail {
+
+namespace {
+
+// Monotone map of a float to uint32 (larger float -> larger key); -0 is +0 (the CPU compares them equal);
+// every NaN maps to 0, below every number (then the index decides, as on the CPU).
+__device__ __forceinline__ std::uint32_t order_key(float s) {
+  if (s != s) return 0u;
+  if (s == 0.0f) s = 0.0f;
+  const std::uint32_t b = __float_as_uint(s);
+  return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+
+__device__ __forceinline__ std::uint64_t composite(float s, std::uint32_t index) {
+  return (static_cast<std::uint64_t>(order_key(s)) << 32) | static_cast<std::uint64_t>(0xFFFFFFFFu - index);
+}
+
+__device__ std::uint32_t token_rows(const TopkParams& p, std::uint32_t token) {
+  if (p.counts != nullptr) return p.counts[token];
+  const std::int64_t t = p.tokens[token].position;
+  return static_cast<std::uint32_t>((t + 1) / static_cast<std::int64_t>(p.ratio));
+}
+
+struct SelectResult {
+  std::uint64_t prefix;
+  unsigned shift;
+};
+
+// Block-wide MSB-first radix select over n distinct keys in shared memory: afterwards exactly `kk` keys
+// satisfy (key >> shift) >= prefix (the kk largest). 8-bit digits; stops as soon as the boundary digit's
+// bin is taken whole. `hist` has 256 entries, `sh` 4.
+__device__ SelectResult radix_select(const std::uint64_t* keys, std::uint32_t n, std::uint32_t kk,
+                                     std::uint32_t* hist, std::uint32_t* sh) {
+  std::uint64_t prefix = 0;
+  std::uint32_t krem = kk;
+  for (int d = 0; d < 8; ++d) {
+    const unsigned shift = 56u - 8u * static_cast<unsigned>(d);
+    for (unsigned i = threadIdx.x; i < 256; i += blockDim.x) hist[i] = 0;
+    __syncthreads();
+    for (std::uint32_t i = threadIdx.x; i < n; i += blockDim.x) {
+      const std::uint64_t key = keys[i];
+      if (d == 0 || (key >> (shift + 8u)) == prefix) atomicAdd(&hist[(key >> shift) & 0xFFu], 1u);
+    }
+    __syncthreads();
+    if (threadIdx.x < 32) {
+      // Lane l owns bins 255 - 8l ... 248 - 8l (descending); an inclusive scan over lanes gives the count of
+      // keys in higher bins.
+      const unsigned lane = threadIdx.x;
+      std::uint32_t c[8];
+      std::uint32_t total = 0;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        c[j] = hist[255u - 8u * lane - static_cast<unsigned>(j)];
+        total += c[j];
+      }
+      std::uint32_t incl = total;
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const std::uint32_t v = __shfl_up_sync(0xFFFFFFFFu, incl, o);
+        if (lane >= static_cast<unsigned>(o)) incl += v;
+      }
+      const std::uint32_t excl = incl - total;
+      if (excl < krem && krem <= incl) {
+        std::uint32_t cum = excl;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          if (cum + c[j] >= krem) {
+            sh[0] = 255u - 8u * lane - static_cast<unsigned>(j);
+            sh[1] = cum;
+            sh[2] = c[j];
+            break;
+          }
+          cum += c[j];
+        }
+      }
+    }
+    __syncthreads();
+    const std::uint32_t bin = sh[0], above = sh[1], cnt = sh[2];
+    __syncthreads();
+    krem -= above;
+    prefix = (prefix << 8) | bin;
+    if (cnt == krem) return SelectResult{prefix, shift};
+  }
+  return SelectResult{prefix, 0u};  // not reached for distinct keys (the last digit's bin holds one key)
+}
+
+// Bitonic sort, descending, of n (a power of two) keys in shared memory.
+__device__ void bitonic_desc(std::uint64_t* s, std::uint32_t n) {
+  for (std::uint32_t k2 = 2; k2 <= n; k2 <<= 1) {
+    for (std::uint32_t j = k2 >> 1; j > 0; j >>= 1) {
+      for (std::uint32_t i = threadIdx.x; i < n; i += blockDim.x) {
+        const std::uint32_t ixj = i ^ j;
+        if (ixj > i) {
+          const std::uint64_t a = s[i], b = s[ixj];
+          const bool desc = (i & k2) == 0;
+          if (desc ? (a < b) : (a > b)) {
+            s[i] = b;
+            s[ixj] = a;
+          }
+        }
+      }
+      __syncthreads();
+    }
+  }
+}
+
+constexpr unsigned kStage1Threads = 512;
+constexpr unsigned kStage2Threads = 1024;
+
+// Stage 1: grid (chunks, tokens). Candidates of a chunk: its min(k, rows) best keys (unordered).
+__global__ void __launch_bounds__(kStage1Threads) topk_stage1(TopkParams p) {
+  extern __shared__ __align__(16) std::uint8_t smem[];
+  std::uint64_t* keys = reinterpret_cast<std::uint64_t*>(smem);
+  std::uint32_t* hist = reinterpret_cast<std::uint32_t*>(keys + p.chunk_rows);
+  std::uint32_t* sh = hist + 256;
+  const std::uint32_t token = blockIdx.y, chunk = blockIdx.x;
+  const std::uint32_t n = token_rows(p, token);
+  const std::uint32_t c0 = chunk * p.chunk_rows;
+  if (c0 >= n) return;
+  const std::uint32_t m = min(p.chunk_rows, n - c0);
+  const float* sc = p.scores + static_cast<std::uint64_t>(token) * p.score_stride + c0;
+  std::uint64_t* cand = p.candidates + (static_cast<std::uint64_t>(token) * p.chunks + chunk) * p.k;
+  if (m <= p.k) {
+    for (std::uint32_t i = threadIdx.x; i < m; i += blockDim.x) cand[i] = composite(sc[i], c0 + i);
+    return;
+  }
+  for (std::uint32_t i = threadIdx.x; i < m; i += blockDim.x) keys[i] = composite(sc[i], c0 + i);
+  if (threadIdx.x == 0) sh[3] = 0;
+  __syncthreads();
+  const SelectResult sel = radix_select(keys, m, p.k, hist, sh);
+  for (std::uint32_t i = threadIdx.x; i < m; i += blockDim.x) {
+    const std::uint64_t key = keys[i];
+    if ((key >> sel.shift) >= sel.prefix) cand[atomicAdd(&sh[3], 1u)] = key;
+  }
+}
+
+// Stage 2: one block per token: select the k best of all candidates, sort them, write indices and -1 fill.
+__global__ void __launch_bounds__(kStage2Threads) topk_stage2(TopkParams p) {
+  extern __shared__ __align__(16) std::uint8_t smem[];
+  std::uint64_t* keys = reinterpret_cast<std::uint64_t*>(smem);
+  std::uint64_t* best = keys + kTopkMaxCandidates;
+  std::uint32_t* hist = reinterpret_cast<std::uint32_t*>(best + kTopkMaxK);
+  std::uint32_t* sh = hist + 256;
+  const std::uint32_t token = blockIdx.x;
+  const std::uint32_t n = token_rows(p, token);
+  const std::uint32_t kk = min(p.k, n);
+  std::int32_t* out = p.out + static_cast<std::uint64_t>(token) * p.out_stride;
+  if (kk == 0) {
+    for (std::uint32_t i = threadIdx.x; i < p.k; i += blockDim.x) out[i] = -1;
+    return;
+  }
+  const std::uint32_t chunks = (n + p.chunk_rows - 1) / p.chunk_rows;
+  const std::uint32_t total = chunks * p.k;  // <= kTopkMaxCandidates (host check)
+  const std::uint64_t* cand = p.candidates + static_cast<std::uint64_t>(token) * p.chunks * p.k;
+  for (std::uint32_t j = threadIdx.x; j < total; j += blockDim.x) {
+    const std::uint32_t c = j / p.k, i = j % p.k;
+    const std::uint32_t rows_c = min(p.chunk_rows, n - c * p.chunk_rows);
+    // Slots a chunk did not fill hold key 0, below every real key (real keys have ~index != 0).
+    keys[j] = i < min(p.k, rows_c) ? cand[j] : 0ull;
+  }
+  std::uint32_t np2 = 1;
+  while (np2 < kk) np2 <<= 1;
+  for (std::uint32_t i = threadIdx.x; i < np2; i += blockDim.x) best[i] = 0ull;
+  if (threadIdx.x == 0) sh[3] = 0;
+  __syncthreads();
+  const SelectResult sel = radix_select(keys, total, kk, hist, sh);
+  for (std::uint32_t i = threadIdx.x; i < total; i += blockDim.x) {
+    const std::uint64_t key = keys[i];
+    if ((key >> sel.shift) >= sel.prefix) best[atomicAdd(&sh[3], 1u)] = key;
+  }
+  __syncthreads();
+  bitonic_desc(best, np2);
+  for (std::uint32_t i = threadIdx.x; i < p.k; i += blockDim.x) {
+    out[i] = i < kk ? static_cast<std::int32_t>(0xFFFFFFFFu - static_cast<std::uint32_t>(best[i] & 0xFFFFFFFFull)) : -1;
+  }
+}
+
+}  // namespace
+
+cudaError_t launch_topk(const TopkParams& p, cudaStream_t stream) {
+  if (p.count == 0) return cudaSuccess;
+  const std::size_t smem1 = static_cast<std::size_t>(p.chunk_rows) * 8 + 260 * 4;
+  const std::size_t smem2 = static_cast<std::size_t>(kTopkMaxCandidates + kTopkMaxK) * 8 + 260 * 4;
+  cudaError_t e = cudaFuncSetAttribute(topk_stage1, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem1));
+  if (e != cudaSuccess) return e;
+  e = cudaFuncSetAttribute(topk_stage2, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem2));
+  if (e != cudaSuccess) return e;
+  topk_stage1<<<dim3(p.chunks, p.count), kStage1Threads, smem1, stream>>>(p);
+  e = cudaGetLastError();
+  if (e != cudaSuccess) return e;
+  topk_stage2<<<p.count, kStage2Threads, smem2, stream>>>(p);
+  return cudaGetLastError();
+}
+
+}  // namespace kvcompact::cuda::dsv4::detail

@@ -1,0 +1,626 @@
+// The DeepSeek-V4 CUDA kernels against the CPU math on fresh random inputs (seed printed): indexer query
+// preparation and scores bit for bit against the CPU fast path (and within 1e-5 of the float64 oracle),
+// top-k indices identical to the CPU's (ties on purpose, NaN, +-0, +-inf, fewer rows than k, many chunks),
+// sparse attention within 2e-3 of the float64 oracle (64 / 128 heads, window only, ratio 4 / 128, BF16 and
+// FP8 rows, decode batches with different positions, a prefill chunk reading its own rows). Every test skips
+// without a CUDA device. `[dsv4-kernels]` lines report the measured differences.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kvcompact/cuda/dsv4_kernels.hpp"
+#include "kvcompact/cuda/runtime.hpp"
+#include "kvcompact/dsv4/attention.hpp"
+#include "kvcompact/dsv4/fp_sim.hpp"
+#include "kvcompact/dsv4/indexer.hpp"
+#include "kvcompact/dsv4/rope.hpp"
+#include "kvcompact/dsv4/storage.hpp"
+
+namespace kvcompact::cuda::dsv4 {
+namespace {
+
+namespace kd = kvcompact::dsv4;
+
+#define SKIP_WITHOUT_GPU()                                                                        \
+  do {                                                                                            \
+    if (device_count() == 0) GTEST_SKIP() << "no CUDA device (cudaGetDeviceCount reports none)"; \
+  } while (0)
+
+std::uint64_t fresh_seed() {
+  std::random_device rd;
+  return (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
+}
+
+template <typename T>
+T take(Result<T>&& r) {
+  EXPECT_TRUE(r.ok()) << r.error().to_string();
+  return std::move(r).value();
+}
+
+void check(const Status& st, const char* what) { ASSERT_TRUE(st.ok()) << what << ": " << st.error().to_string(); }
+
+DeviceBuffer alloc(std::uint64_t bytes) {
+  auto r = DeviceBuffer::allocate(std::max<std::uint64_t>(bytes, 16));
+  EXPECT_TRUE(r.ok()) << r.error().to_string();
+  return std::move(r).value();
+}
+
+template <typename T>
+DeviceBuffer upload(const std::vector<T>& v) {
+  DeviceBuffer b = alloc(v.size() * sizeof(T));
+  if (!v.empty()) {
+    const Status st = b.upload(v.data(), v.size() * sizeof(T));
+    EXPECT_TRUE(st.ok()) << st.error().to_string();
+  }
+  return b;
+}
+
+template <typename T>
+std::vector<T> download(const DeviceBuffer& b, std::size_t n) {
+  std::vector<T> v(n);
+  if (n > 0) {
+    const Status st = b.download(v.data(), n * sizeof(T));
+    EXPECT_TRUE(st.ok()) << st.error().to_string();
+  }
+  return v;
+}
+
+std::vector<float> normal(std::mt19937_64& rng, std::size_t n, float sigma = 1.0f) {
+  std::normal_distribution<float> d(0.0f, sigma);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+std::uint32_t bits(float f) {
+  std::uint32_t b;
+  std::memcpy(&b, &f, 4);
+  return b;
+}
+
+// ---- indexer ------------------------------------------------------------------------------------------
+
+// A key row as the model makes it (Hadamard + FP4), encoded in `storage`, and the CPU's decode of it.
+struct IndexerRows {
+  std::vector<std::uint8_t> bytes;
+  std::vector<float> decoded;  // [rows, 128]
+};
+
+IndexerRows make_indexer_rows(std::mt19937_64& rng, std::size_t rows, kd::IndexerStorage storage, bool model_grid,
+                              std::size_t distinct = 0) {
+  const std::size_t rb = kd::indexer_row_bytes(storage);
+  IndexerRows out;
+  out.bytes.resize(rows * rb);
+  out.decoded.resize(rows * 128);
+  std::uniform_real_distribution<float> mag(0.25f, 4.0f);
+  std::vector<std::vector<float>> pool;
+  for (std::size_t r = 0; r < rows; ++r) {
+    std::vector<float> row;
+    if (distinct > 0 && pool.size() >= distinct) {
+      row = pool[rng() % distinct];
+    } else {
+      row = normal(rng, 128, mag(rng));
+      if (model_grid) kd::simulate_indexer_row(row.data());
+      if (distinct > 0) pool.push_back(row);
+    }
+    std::span<std::uint8_t> dst(out.bytes.data() + r * rb, rb);
+    EXPECT_TRUE(kd::encode_indexer_row(row, storage, dst).ok());
+    EXPECT_TRUE(kd::decode_indexer_row(dst, storage, std::span<float>(out.decoded.data() + r * 128, 128)).ok());
+  }
+  return out;
+}
+
+struct IndexerCase {
+  std::string name;
+  kd::IndexerStorage storage = kd::IndexerStorage::Mxfp4;
+  std::vector<std::int64_t> positions;  // one token per sequence (own indexer rows each)
+  std::uint32_t heads = 64;
+  std::uint32_t k = 512;
+  bool model_grid = true;       // keys on the FP4 grid (model data); false: arbitrary values (scalar path)
+  bool prepared_input = false;  // hand the CPU-prepared query to the GPU
+  std::size_t distinct = 0;     // > 0: keys drawn from this many distinct rows (ties)
+  int zero_heads = 0;           // heads whose raw query is 0 (ReLU(0), zero integer rows)
+};
+
+void run_indexer_case(const IndexerCase& c) {
+  const std::uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed) + " case " + c.name);
+  std::mt19937_64 rng(seed);
+  const std::uint32_t count = static_cast<std::uint32_t>(c.positions.size());
+  const std::uint32_t H = c.heads;
+  std::vector<IndexerRows> keys;
+  std::vector<DeviceBuffer> key_bufs;
+  std::vector<TokenRows> tokens(count);
+  std::uint32_t max_visible = 0;
+  for (std::uint32_t i = 0; i < count; ++i) {
+    const std::size_t vis = kd::visible_compressed_rows(4, c.positions[i]);
+    max_visible = std::max<std::uint32_t>(max_visible, static_cast<std::uint32_t>(vis));
+    keys.push_back(make_indexer_rows(rng, vis, c.storage, c.model_grid, c.distinct));
+    key_bufs.push_back(upload(keys.back().bytes));
+    tokens[i].indexer_rows = key_bufs.back().data();
+    tokens[i].position = c.positions[i];
+  }
+  std::vector<float> q_raw = normal(rng, std::size_t{count} * H * 128);
+  for (std::uint32_t i = 0; i < count; ++i) {
+    for (int z = 0; z < c.zero_heads && z < static_cast<int>(H); ++z) {
+      std::fill_n(q_raw.begin() + (std::size_t{i} * H + static_cast<std::size_t>(z) * 3 % H) * 128, 128, 0.0f);
+    }
+  }
+  std::vector<float> q_cpu = q_raw;
+  for (std::uint32_t i = 0; i < count; ++i) kd::prepare_indexer_query(q_cpu.data() + std::size_t{i} * H * 128, H);
+  std::vector<float> w = normal(rng, std::size_t{count} * H, 1.0f / std::sqrt(128.0f * 64.0f));
+
+  DeviceBuffer d_tokens = upload(tokens);
+  DeviceBuffer d_q = upload(c.prepared_input ? q_cpu : q_raw);
+  DeviceBuffer d_w = upload(w);
+  const std::uint64_t qws_bytes = indexer_query_workspace_bytes(count);
+  DeviceBuffer d_qws = alloc(qws_bytes);
+  const std::uint32_t stride = std::max<std::uint32_t>(max_visible, 1);
+  DeviceBuffer d_scores = alloc(std::uint64_t{count} * stride * 4);
+  DeviceBuffer d_fallback = upload(std::vector<unsigned long long>{0ull});
+  DeviceBuffer d_idx = alloc(std::uint64_t{count} * c.k * 4);
+  const std::uint64_t tws_bytes = topk_workspace_bytes(count, max_visible, c.k);
+  DeviceBuffer d_tws = alloc(tws_bytes);
+
+  check(indexer_prepare_queries(static_cast<const float*>(d_q.data()), count, H, c.prepared_input, d_qws.data(),
+                                qws_bytes, nullptr),
+        "indexer_prepare_queries");
+  IndexerScoreArgs sa;
+  sa.tokens = static_cast<const TokenRows*>(d_tokens.data());
+  sa.count = count;
+  sa.heads = H;
+  sa.weights = static_cast<const float*>(d_w.data());
+  sa.query_workspace = d_qws.data();
+  sa.storage = c.storage;
+  sa.max_visible = max_visible;
+  sa.scores = static_cast<float*>(d_scores.data());
+  sa.score_stride = stride;
+  sa.fallback_rows = static_cast<unsigned long long*>(d_fallback.data());
+  check(indexer_scores(sa, nullptr), "indexer_scores");
+  TopkArgs ta;
+  ta.scores = sa.scores;
+  ta.score_stride = stride;
+  ta.count = count;
+  ta.tokens = sa.tokens;
+  ta.ratio = 4;
+  ta.max_rows = max_visible;
+  ta.k = c.k;
+  ta.out = static_cast<std::int32_t*>(d_idx.data());
+  ta.out_stride = c.k;
+  check(indexer_topk(ta, d_tws.data(), tws_bytes, nullptr), "indexer_topk");
+  check(synchronize(), "synchronize");
+
+  const auto scores = download<float>(d_scores, std::size_t{count} * stride);
+  const auto idx = download<std::int32_t>(d_idx, std::size_t{count} * c.k);
+  const auto fallback = download<unsigned long long>(d_fallback, 1)[0];
+  // The prepared query itself: the workspace starts with the float query [tokens, 64, 128].
+  const auto qf = download<float>(d_qws, std::size_t{count} * 64 * 128);
+  std::size_t q_diff = 0;
+  for (std::uint32_t i = 0; i < count; ++i) {
+    for (std::size_t j = 0; j < std::size_t{H} * 128; ++j) {
+      q_diff += bits(qf[std::size_t{i} * 64 * 128 + j]) != bits(q_cpu[std::size_t{i} * H * 128 + j]);
+    }
+  }
+  EXPECT_EQ(q_diff, 0u) << "prepared query values differ from prepare_indexer_query";
+
+  std::size_t score_diff = 0, index_diff = 0, rows_total = 0;
+  double worst_rel = 0.0;
+  kd::TopkScratch scratch;
+  for (std::uint32_t i = 0; i < count; ++i) {
+    const std::size_t vis = keys[i].decoded.size() / 128;
+    rows_total += vis;
+    std::vector<float> cpu(vis);
+    const float* qi = q_cpu.data() + std::size_t{i} * H * 128;
+    const float* wi = w.data() + std::size_t{i} * H;
+    kd::indexer_scores_contiguous(cpu.data(), qi, wi, keys[i].decoded.data(), vis, H, 128);
+    const auto f64 = kd::indexer_scores_f64(std::span<const float>(qi, std::size_t{H} * 128),
+                                            std::span<const float>(wi, H), keys[i].decoded, H, 128);
+    for (std::size_t s = 0; s < vis; ++s) {
+      const float g = scores[std::size_t{i} * stride + s];
+      if (bits(g) != bits(cpu[s])) {
+        if (score_diff < 5) {
+          std::printf("[dsv4-kernels] score differs: token %u row %zu gpu %.9g cpu %.9g\n", i, s, g, cpu[s]);
+        }
+        ++score_diff;
+      }
+      double bound = 0.0;
+      for (std::uint32_t h = 0; h < H; ++h) {
+        double dot = 0.0;
+        for (int d = 0; d < 128; ++d) dot += static_cast<double>(qi[h * 128 + d]) * keys[i].decoded[s * 128 + d];
+        bound += std::fabs(wi[h]) * std::max(dot, 0.0);
+      }
+      const double err = std::fabs(static_cast<double>(g) - f64[s]);
+      if (bound > 0) worst_rel = std::max(worst_rel, err / bound);
+      EXPECT_LE(err, 1e-5 * bound + 1e-30) << "token " << i << " row " << s;
+    }
+    std::vector<std::int32_t> want(c.k);
+    kd::indexer_topk(want.data(), c.k, cpu.data(), vis, scratch);
+    for (std::uint32_t j = 0; j < c.k; ++j) {
+      if (idx[std::size_t{i} * c.k + j] != want[j]) {
+        if (index_diff < 5) {
+          std::printf("[dsv4-kernels] index differs: token %u slot %u gpu %d cpu %d\n", i, j,
+                      idx[std::size_t{i} * c.k + j], want[j]);
+        }
+        ++index_diff;
+      }
+    }
+  }
+  std::printf("[dsv4-kernels] indexer %s: %u tokens, %zu rows, scores differing from CPU bits %zu, max err vs f64 "
+              "%.3g of sum|terms|, top-%u slots differing %zu, scalar-path rows %llu (seed %llu)\n",
+              c.name.c_str(), count, rows_total, score_diff, worst_rel, c.k, index_diff, fallback,
+              static_cast<unsigned long long>(seed));
+  EXPECT_EQ(score_diff, 0u);
+  EXPECT_EQ(index_diff, 0u);
+  if (c.model_grid) {
+    EXPECT_EQ(fallback, 0u) << "model-grid rows must take the tensor-core path";
+  } else if (rows_total > 0) {
+    EXPECT_GT(fallback, 0u) << "off-grid rows must take the scalar path";
+  }
+}
+
+// ---- top-k alone on constructed scores --------------------------------------------------------------------
+
+void run_topk_case(const std::string& name, const std::vector<std::vector<float>>& per_token, std::uint32_t k) {
+  const std::uint32_t count = static_cast<std::uint32_t>(per_token.size());
+  std::uint32_t max_rows = 0;
+  for (const auto& s : per_token) max_rows = std::max<std::uint32_t>(max_rows, static_cast<std::uint32_t>(s.size()));
+  const std::uint32_t stride = std::max<std::uint32_t>(max_rows, 1);
+  std::vector<float> flat(std::size_t{count} * stride, 0.0f);
+  std::vector<std::uint32_t> counts(count);
+  for (std::uint32_t i = 0; i < count; ++i) {
+    std::copy(per_token[i].begin(), per_token[i].end(), flat.begin() + std::size_t{i} * stride);
+    counts[i] = static_cast<std::uint32_t>(per_token[i].size());
+  }
+  DeviceBuffer d_scores = upload(flat), d_counts = upload(counts);
+  DeviceBuffer d_idx = alloc(std::uint64_t{count} * k * 4);
+  const std::uint64_t ws = topk_workspace_bytes(count, max_rows, k);
+  DeviceBuffer d_ws = alloc(ws);
+  TopkArgs ta;
+  ta.scores = static_cast<const float*>(d_scores.data());
+  ta.score_stride = stride;
+  ta.count = count;
+  ta.counts = static_cast<const std::uint32_t*>(d_counts.data());
+  ta.max_rows = max_rows;
+  ta.k = k;
+  ta.out = static_cast<std::int32_t*>(d_idx.data());
+  ta.out_stride = k;
+  check(indexer_topk(ta, d_ws.data(), ws, nullptr), "indexer_topk");
+  check(synchronize(), "synchronize");
+  const auto idx = download<std::int32_t>(d_idx, std::size_t{count} * k);
+  kd::TopkScratch scratch;
+  std::size_t diff = 0;
+  for (std::uint32_t i = 0; i < count; ++i) {
+    std::vector<std::int32_t> want(k);
+    kd::indexer_topk(want.data(), k, per_token[i].data(), per_token[i].size(), scratch);
+    for (std::uint32_t j = 0; j < k; ++j) {
+      if (idx[std::size_t{i} * k + j] != want[j]) {
+        if (diff < 5) {
+          std::printf("[dsv4-kernels] topk %s: token %u slot %u gpu %d cpu %d\n", name.c_str(), i, j,
+                      idx[std::size_t{i} * k + j], want[j]);
+        }
+        ++diff;
+      }
+    }
+  }
+  std::printf("[dsv4-kernels] topk %s: %u tokens, max rows %u, k %u, slots differing %zu\n", name.c_str(), count,
+              max_rows, k, diff);
+  EXPECT_EQ(diff, 0u) << name;
+}
+
+// ---- attention ----------------------------------------------------------------------------------------
+
+struct AttnCase {
+  std::string name;
+  kd::RowStorage storage = kd::RowStorage::Bf16;
+  std::uint32_t ratio = 4;
+  std::uint32_t heads = 64;
+  std::vector<std::int64_t> positions;  // decode: one token per sequence
+  bool prefill = false;                 // prefill: positions are consecutive tokens of one sequence
+  std::uint32_t topk = 512;
+  bool with_sink = true;
+  float q_scale = 1.0f;
+  std::uint32_t check_every = 1;  // the float64 oracle checks tokens i % check_every == 0 and the last
+};
+
+// One sequence's rows: float rows by position (window) and by compressed slot, encoded into device buffers.
+struct SeqRows {
+  std::map<std::int64_t, std::vector<float>> window;  // decoded values by position
+  std::vector<std::vector<float>> compressed;         // decoded values by slot
+  std::vector<std::uint8_t> ring_bytes, chunk_bytes, comp_bytes;
+};
+
+std::vector<float> model_attention_row(std::mt19937_64& rng, kd::RowStorage storage, std::vector<std::uint8_t>& bytes,
+                                       std::size_t at) {
+  std::vector<float> row = normal(rng, 512);
+  kd::simulate_main_row(row.data());
+  const std::size_t rb = kd::attention_row_bytes(storage);
+  std::span<std::uint8_t> dst(bytes.data() + at * rb, rb);
+  EXPECT_TRUE(kd::encode_attention_row(row, storage, dst).ok());
+  std::vector<float> dec(512);
+  EXPECT_TRUE(kd::decode_attention_row(dst, storage, dec).ok());
+  return dec;
+}
+
+void run_attention_case(const AttnCase& c) {
+  const std::uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed) + " case " + c.name);
+  std::mt19937_64 rng(seed);
+  const std::uint32_t count = static_cast<std::uint32_t>(c.positions.size());
+  const std::uint32_t H = c.heads;
+  const std::size_t rb = kd::attention_row_bytes(c.storage);
+  const std::size_t nseq = c.prefill ? 1 : count;
+  std::vector<SeqRows> seqs(nseq);
+  std::vector<DeviceBuffer> bufs;
+  std::vector<TokenRows> tokens(count);
+  std::vector<std::int32_t> indices(std::size_t{count} * std::max<std::uint32_t>(c.topk, 1), -1);
+  std::uint32_t max_rows = 0;
+  for (std::size_t sq = 0; sq < nseq; ++sq) {
+    SeqRows& s = seqs[sq];
+    const std::int64_t first = c.prefill ? c.positions.front() : c.positions[sq];
+    const std::int64_t last = c.prefill ? c.positions.back() : c.positions[sq];
+    const std::int64_t chunk_start = first;  // decode: the token's own row is its "chunk"
+    // Ring: positions [max(0, first - 127), first) at slot p mod 128; chunk: positions [first, last].
+    s.ring_bytes.assign(128 * rb, 0xAB);  // garbage in unused slots must never be read
+    for (std::int64_t p = std::max<std::int64_t>(0, first - 127); p < first; ++p) {
+      s.window[p] = model_attention_row(rng, c.storage, s.ring_bytes, static_cast<std::size_t>(p % 128));
+    }
+    s.chunk_bytes.assign(static_cast<std::size_t>(last - first + 1) * rb, 0);
+    for (std::int64_t p = first; p <= last; ++p) {
+      s.window[p] = model_attention_row(rng, c.storage, s.chunk_bytes, static_cast<std::size_t>(p - first));
+    }
+    const std::size_t ncomp = c.ratio == 0 ? 0 : kd::visible_compressed_rows(c.ratio, last);
+    s.comp_bytes.assign(std::max<std::size_t>(ncomp, 1) * rb, 0);
+    for (std::size_t g = 0; g < ncomp; ++g) s.compressed.push_back(model_attention_row(rng, c.storage, s.comp_bytes, g));
+    bufs.push_back(upload(s.ring_bytes));
+    const void* ring = bufs.back().data();
+    bufs.push_back(upload(s.chunk_bytes));
+    const void* chunk = bufs.back().data();
+    bufs.push_back(upload(s.comp_bytes));
+    const void* comp = bufs.back().data();
+    for (std::uint32_t i = 0; i < count; ++i) {
+      if (!c.prefill && i != sq) continue;
+      tokens[i].window_ring = ring;
+      tokens[i].chunk_rows = chunk;
+      tokens[i].chunk_start = chunk_start;
+      tokens[i].compressed_rows = comp;
+      tokens[i].position = c.positions[i];
+      tokens[i].ring_capacity = 128;
+    }
+  }
+  // Ratio 4: a random selection (distinct slots, random order) of min(topk, visible) rows, then -1.
+  for (std::uint32_t i = 0; i < count; ++i) {
+    if (c.ratio == 4) {
+      const std::size_t vis = kd::visible_compressed_rows(4, c.positions[i]);
+      std::vector<std::int32_t> perm(vis);
+      std::iota(perm.begin(), perm.end(), 0);
+      std::shuffle(perm.begin(), perm.end(), rng);
+      const std::size_t kk = std::min<std::size_t>(c.topk, vis);
+      for (std::size_t j = 0; j < kk; ++j) indices[std::size_t{i} * c.topk + j] = perm[j];
+    }
+    max_rows = std::max<std::uint32_t>(
+        max_rows, static_cast<std::uint32_t>(kd::attention_row_count(c.ratio, c.positions[i], c.topk)));
+  }
+  std::vector<float> q = normal(rng, std::size_t{count} * H * 512, c.q_scale);
+  std::vector<float> sink = normal(rng, H, 1.0f);
+  const kd::RopeFrequencies freqs = kd::make_rope_frequencies(kd::rope_config_for_ratio(c.ratio));
+
+  DeviceBuffer d_tokens = upload(tokens), d_q = upload(q), d_sink = upload(sink), d_idx = upload(indices);
+  DeviceBuffer d_out = alloc(std::uint64_t{count} * H * 512 * 4);
+  const std::uint64_t ws = attention_workspace_bytes(count, H, max_rows);
+  DeviceBuffer d_ws = alloc(ws);
+  AttentionArgs a;
+  a.tokens = static_cast<const TokenRows*>(d_tokens.data());
+  a.count = count;
+  a.heads = H;
+  a.q = static_cast<const float*>(d_q.data());
+  a.sink = c.with_sink ? static_cast<const float*>(d_sink.data()) : nullptr;
+  a.storage = c.storage;
+  a.ratio = c.ratio;
+  a.indices = c.ratio == 4 ? static_cast<const std::int32_t*>(d_idx.data()) : nullptr;
+  a.index_stride = c.topk;
+  a.index_topk = c.topk;
+  for (std::size_t i = 0; i < 32; ++i) a.inv_freq[i] = freqs.inv_freq[i];
+  a.max_rows = max_rows;
+  a.out = static_cast<float*>(d_out.data());
+  check(sparse_attention(a, d_ws.data(), ws, nullptr), "sparse_attention");
+  check(synchronize(), "synchronize");
+  const auto out = download<float>(d_out, std::size_t{count} * H * 512);
+
+  const std::vector<float> no_sink(H, -std::numeric_limits<float>::infinity());
+  double worst = 0.0;
+  for (std::uint32_t i = 0; i < count; ++i) {
+    if (i % c.check_every != 0 && i + 1 != count) continue;
+    const SeqRows& s = seqs[c.prefill ? 0 : i];
+    const std::int64_t t = c.positions[i];
+    std::vector<const float*> rows;
+    for (std::int64_t p : kd::window_positions(t)) rows.push_back(s.window.at(p).data());
+    if (c.ratio == 4) {
+      for (std::uint32_t j = 0; j < c.topk; ++j) {
+        const std::int32_t g = indices[std::size_t{i} * c.topk + j];
+        if (g >= 0) rows.push_back(s.compressed[static_cast<std::size_t>(g)].data());
+      }
+    } else if (c.ratio == 128) {
+      const std::size_t vis = kd::visible_compressed_rows(128, t);
+      for (std::size_t g = 0; g < vis; ++g) rows.push_back(s.compressed[g].data());
+    }
+    ASSERT_EQ(rows.size(), kd::attention_row_count(c.ratio, t, c.topk));
+    const auto ref = kd::sparse_attention_f64(std::span<const float>(q.data() + std::size_t{i} * H * 512, std::size_t{H} * 512),
+                                              H, rows, c.with_sink ? std::span<const float>(sink) : std::span<const float>(no_sink),
+                                              &freqs, t);
+    double scale = 0.0, err = 0.0;
+    for (std::size_t j = 0; j < ref.size(); ++j) {
+      scale = std::max(scale, std::fabs(ref[j]));
+      const double g = out[std::size_t{i} * H * 512 + j];
+      err = std::isfinite(g) ? std::max(err, std::fabs(g - ref[j])) : std::numeric_limits<double>::infinity();
+    }
+    const double rel = err / std::max(scale, 1e-30);
+    worst = std::max(worst, rel);
+    EXPECT_LE(rel, 2e-3) << "token " << i << " position " << t << " rows " << rows.size() << " max|ref| " << scale;
+  }
+  std::printf("[dsv4-kernels] attention %s: %s rows, ratio %u, %u heads, %u tokens, max rows %u, max err %.3g of "
+              "max|out| (seed %llu)\n",
+              c.name.c_str(), std::string(kd::row_storage_name(c.storage)).c_str(), c.ratio, H, count, max_rows, worst,
+              static_cast<unsigned long long>(seed));
+}
+
+// ---- suites -------------------------------------------------------------------------------------------
+
+TEST(CudaDsv4KernelsSmall, IndexerScoresAndTopkTiny) {
+  SKIP_WITHOUT_GPU();
+  IndexerCase c;
+  c.name = "small";
+  c.positions = {3, 42, 250};
+  c.k = 16;
+  c.storage = kd::IndexerStorage::Mxfp4;
+  run_indexer_case(c);
+  c.name = "small-offgrid-bf16";
+  c.storage = kd::IndexerStorage::Bf16;
+  c.model_grid = false;
+  c.positions = {7, 40};
+  run_indexer_case(c);
+}
+
+TEST(CudaDsv4KernelsSmall, TopkTiny) {
+  SKIP_WITHOUT_GPU();
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  run_topk_case("tiny", {{1.0f, nan, 2.0f, 2.0f, -0.0f, 0.0f, -inf, inf, 1.0f}, {5.0f}, {}}, 4);
+}
+
+TEST(CudaDsv4KernelsSmall, AttentionTiny) {
+  SKIP_WITHOUT_GPU();
+  AttnCase c;
+  c.name = "small";
+  c.heads = 16;
+  c.topk = 8;
+  c.ratio = 4;
+  c.positions = {50, 5};
+  run_attention_case(c);
+  c.name = "small-fp8-hca";
+  c.storage = kd::RowStorage::Fp8;
+  c.ratio = 128;
+  c.positions = {300};
+  run_attention_case(c);
+}
+
+TEST(CudaDsv4Kernels, IndexerMatchesCpuBitForBit) {
+  SKIP_WITHOUT_GPU();
+  for (auto st : {kd::IndexerStorage::Mxfp4, kd::IndexerStorage::Fp8, kd::IndexerStorage::Bf16}) {
+    IndexerCase c;
+    c.name = std::string("decode-") + std::string(kd::indexer_storage_name(st));
+    c.storage = st;
+    c.positions = {0, 3, 129, 2047, 2048, 9001, 40003};
+    c.zero_heads = 2;
+    run_indexer_case(c);
+  }
+  IndexerCase c;
+  c.name = "prepared-input";
+  c.prepared_input = true;
+  c.positions = {5000, 777};
+  run_indexer_case(c);
+  c.name = "48-heads-k64";
+  c.prepared_input = false;
+  c.heads = 48;
+  c.k = 64;
+  c.positions = {1000, 3};
+  run_indexer_case(c);
+}
+
+TEST(CudaDsv4Kernels, IndexerTiesAndOffGridRows) {
+  SKIP_WITHOUT_GPU();
+  IndexerCase c;
+  c.name = "ties";
+  c.distinct = 5;  // thousands of rows, five distinct keys: every score is tied many times
+  c.positions = {8191, 3000};
+  run_indexer_case(c);
+  c.name = "offgrid-bf16";
+  c.distinct = 0;
+  c.model_grid = false;
+  c.storage = kd::IndexerStorage::Bf16;
+  c.positions = {600, 130};
+  run_indexer_case(c);
+}
+
+TEST(CudaDsv4Kernels, TopkMatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  const std::uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  std::printf("[dsv4-kernels] topk seed %llu\n", static_cast<unsigned long long>(seed));
+  // Quantised scores (many ties), specials, lengths below / at / above k and a long list over many chunks.
+  std::vector<std::vector<float>> tok;
+  for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{100}, std::size_t{511}, std::size_t{512},
+                        std::size_t{513}, std::size_t{5000}, std::size_t{70001}, std::size_t{262144}}) {
+    std::vector<float> s(n);
+    std::uniform_int_distribution<int> q(-50, 50);
+    for (auto& x : s) x = static_cast<float>(q(rng)) * 0.125f;
+    for (std::size_t j = 0; j < n; j += 97) s[j] = std::numeric_limits<float>::quiet_NaN();
+    for (std::size_t j = 5; j < n; j += 1013) s[j] = -0.0f;
+    if (n > 10) s[10] = std::numeric_limits<float>::infinity();
+    tok.push_back(std::move(s));
+  }
+  run_topk_case("mixed-512", tok, 512);
+  run_topk_case("mixed-1024", tok, 1024);
+  std::vector<std::vector<float>> all_equal(2, std::vector<float>(40000, 1.5f));
+  run_topk_case("all-equal", all_equal, 512);
+  std::vector<std::vector<float>> smooth(1, normal(rng, 262144));
+  run_topk_case("normal-262144", smooth, 512);
+}
+
+TEST(CudaDsv4Kernels, AttentionMatchesOracle) {
+  SKIP_WITHOUT_GPU();
+  for (auto st : {kd::RowStorage::Bf16, kd::RowStorage::Fp8}) {
+    for (std::uint32_t heads : {64u, 128u}) {
+      AttnCase c;
+      c.storage = st;
+      c.heads = heads;
+      c.name = "window-only";
+      c.ratio = 0;
+      c.positions = {0, 5, 127, 128, 4000};
+      run_attention_case(c);
+      c.name = "csa";
+      c.ratio = 4;
+      c.positions = {3, 200, 2047, 9000};
+      run_attention_case(c);
+      c.name = "hca";
+      c.ratio = 128;
+      c.positions = {127, 1000, 70000};
+      c.q_scale = 2.0f;
+      run_attention_case(c);
+    }
+  }
+  AttnCase c;
+  c.name = "no-sink-sharp";
+  c.with_sink = false;
+  c.q_scale = 4.0f;
+  c.positions = {3000, 64};
+  run_attention_case(c);
+}
+
+TEST(CudaDsv4Kernels, AttentionPrefillChunk) {
+  SKIP_WITHOUT_GPU();
+  for (auto st : {kd::RowStorage::Bf16, kd::RowStorage::Fp8}) {
+    for (std::uint32_t ratio : {0u, 4u, 128u}) {
+      AttnCase c;
+      c.storage = st;
+      c.ratio = ratio;
+      c.prefill = true;
+      c.name = "prefill";
+      c.check_every = 13;
+      for (std::int64_t t = 1000; t < 1300; ++t) c.positions.push_back(t);  // a chunk longer than the window
+      run_attention_case(c);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kvcompact::cuda::dsv4
