@@ -67,9 +67,16 @@ struct CompressorParams {
   std::uint32_t check_finite;
 };
 
-// Main branch (width 512, 512 threads) or indexer branch (width 128, 128 threads); one block per item
-// walks its tokens in order.
-cudaError_t launch_compressor_main(const CompressorParams& p, cudaStream_t stream);
-cudaError_t launch_compressor_indexer(const CompressorParams& p, cudaStream_t stream);
+// How to run a batch: sequentially (one block per item walks its tokens: decode) or in parallel (a block per
+// emitted group reads the inputs, then a state pass: prefill chunks); both give the same bits.
+struct CompressorLaunch {
+  bool parallel = false;
+  std::uint64_t max_count = 0;    // the batch's largest span
+  std::uint64_t max_emitted = 0;  // the batch's most rows emitted by one span
+};
+
+// Main branch (width 512, 512 threads) or indexer branch (width 128, 128 threads).
+cudaError_t launch_compressor_main(const CompressorParams& p, const CompressorLaunch& how, cudaStream_t stream);
+cudaError_t launch_compressor_indexer(const CompressorParams& p, const CompressorLaunch& how, cudaStream_t stream);
 
 }  // namespace kvcompact::cuda::dsv4::detail

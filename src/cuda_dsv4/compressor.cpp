@@ -47,13 +47,18 @@ Status run_compressors(std::span<const LayerSpan> spans, std::uint32_t layer, co
       p.norm_eps = weights.norm_eps;
       p.hadamard_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(kd::kIndexerHeadDim)));
       p.check_finite = options.check_finite ? 1u : 0u;
+      detail::CompressorLaunch how;
       for (std::size_t i = 0; i < n; ++i) {
         const LayerSpan& s = spans[base + i];
         const DeviceLayerView v = s.cache->layer_view(layer);
         p.items[i] = detail::CompressorItem{v.kv_state,        v.score_state, v.compressed, s.compressor_kv,
                                             s.compressor_score, s.cache->status_word(), s.cache->position(), s.count};
+        how.max_count = std::max(how.max_count, s.count);
+        how.max_emitted = std::max(how.max_emitted, (s.cache->position() + s.count) / m - s.cache->position() / m);
       }
-      KVC_CUDA_TRY(detail::launch_compressor_main(p, st));
+      // Decode batches (one token each) walk the state; a batch with a longer span emits its rows in parallel.
+      how.parallel = how.max_count > 1 && !options.sequential_compressor;
+      KVC_CUDA_TRY(detail::launch_compressor_main(p, how, st));
       if (m == 4) {
         detail::CompressorParams ip = p;
         ip.storage = static_cast<std::uint32_t>(plan.storage.indexer);
@@ -67,7 +72,7 @@ Status run_compressors(std::span<const LayerSpan> spans, std::uint32_t layer, co
                                                s.indexer_kv,       s.indexer_score,       s.cache->status_word(),
                                                s.cache->position(), s.count};
         }
-        KVC_CUDA_TRY(detail::launch_compressor_indexer(ip, st));
+        KVC_CUDA_TRY(detail::launch_compressor_indexer(ip, how, st));
       }
     }
     return ok_status();

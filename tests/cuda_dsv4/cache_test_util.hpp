@@ -133,13 +133,14 @@ inline Status run_cpu(Sequence& s, std::uint64_t count) {
 
 // The GPU side of one batch step: every layer's window write and compressors over all sequences (each with its
 // own count), then each cache's commit (commit_step for a 1-token span, commit_prefill otherwise).
-inline Status run_gpu(std::vector<Sequence*>& seqs, const std::vector<std::uint64_t>& counts, const DeviceWeights& w) {
+inline Status run_gpu(std::vector<Sequence*>& seqs, const std::vector<std::uint64_t>& counts, const DeviceWeights& w,
+                      const KernelOptions& options = {}) {
   const std::uint32_t layers = seqs[0]->gpu.num_layers();
   for (std::uint32_t l = 0; l < layers; ++l) {
     std::vector<LayerSpan> spans;
     for (std::size_t i = 0; i < seqs.size(); ++i) spans.push_back(seqs[i]->span(l, counts[i]));
-    KVC_TRY(write_window(spans, l));
-    KVC_TRY(run_compressors(spans, l, w.at(l)));
+    KVC_TRY(write_window(spans, l, options));
+    KVC_TRY(run_compressors(spans, l, w.at(l), options));
   }
   for (std::size_t i = 0; i < seqs.size(); ++i) {
     DeviceDeepseek4Cache& c = seqs[i]->gpu;

@@ -26,7 +26,7 @@ const StorageCase kStorages[] = {
 // Compares the caches every `compare_every` steps and at the end.
 void run_trace(const char* label, std::uint64_t seed, const tu::SyntheticModel& model, kd::StorageConfig storage,
                std::uint64_t context, std::size_t sequences, std::size_t tokens, std::size_t prefill_tokens,
-               std::size_t max_chunk, std::size_t compare_every) {
+               std::size_t max_chunk, std::size_t compare_every, const KernelOptions& options = {}) {
   tu::Rng rng(seed);
   DeviceWeights weights(model);
   std::vector<std::unique_ptr<Sequence>> seqs;
@@ -53,7 +53,7 @@ void run_trace(const char* label, std::uint64_t seed, const tu::SyntheticModel& 
       const Status st = run_cpu(*batch[i], counts[i]);
       ASSERT_TRUE(st.ok()) << "cpu oracle: " << st.error().to_string();
     }
-    const Status st = run_gpu(batch, counts, weights);
+    const Status st = run_gpu(batch, counts, weights, options);
     ASSERT_TRUE(st.ok()) << "gpu step " << step << ": " << st.error().to_string();
     ++step;
     const bool last = std::all_of(seqs.begin(), seqs.end(), [&](const auto& s) { return s->cpu.position() >= tokens; });
@@ -83,6 +83,27 @@ TEST(CudaDsv4Compressor, BatchedChunkedPrefillAndDecodeMatchTheCpu) {
     run_trace(sc.name, seed, model, sc.storage, 1024, 3, 560, 300, 200, 16);
     if (HasFatalFailure()) return;
   }
+}
+
+TEST(CudaDsv4Compressor, TokenByTokenPrefillMatchesTheCpu) {
+  if (!have_device()) GTEST_SKIP() << "no CUDA device";
+  const std::uint64_t seed = tu::fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  tu::Rng rng(seed ^ 0x7777);
+  const tu::SyntheticModel model(rng, tu::synthetic_config({4, 128, 0}, 4, 8), 1);
+  KernelOptions sequential;
+  sequential.sequential_compressor = true;  // prefill chunks through the decode path (one block walks the chunk)
+  run_trace("sequential", seed, model, kd::StorageConfig::bf16(), 1024, 2, 400, 380, 150, 8, sequential);
+}
+
+TEST(CudaDsv4Compressor, LongPrefillChunksMatchTheCpu) {
+  if (!have_device()) GTEST_SKIP() << "no CUDA device";
+  const std::uint64_t seed = tu::fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  tu::Rng rng(seed ^ 0x9999);
+  const tu::SyntheticModel model(rng, tu::synthetic_config({4, 128}, 4, 8), 1);
+  // One sequence, chunks of up to 1500 tokens (hundreds of rows emitted in parallel per chunk), then decode.
+  run_trace("long", seed, model, kd::StorageConfig::fp8(), 4096, 1, 2600, 2590, 1500, 1);
 }
 
 TEST(CudaDsv4Compressor, DecodeStepsMatchTheCpuAtEveryStep) {

@@ -160,6 +160,11 @@ struct KernelOptions {
   // true: wait for the kernels and report NaN / inf inputs as NonFinite (and poison the caches they wrote
   // into). false: asynchronous on `stream`; the flags stay in each cache's status word (DeviceWorkFlags).
   bool check_finite = true;
+  // run_compressors: a batch in which some span has more than one token (prefill) emits all of its rows in
+  // parallel (a block per emitted row, pooling straight from the inputs and the state the chunk began with,
+  // then one pass that leaves the state the token-by-token walk would leave: the same bits). true forces the
+  // token-by-token walk (one block per sequence), the decode path, for every batch (tests compare the two).
+  bool sequential_compressor = false;
 };
 
 // Checks shared by both launchers, before anything is launched: a null / repeated cache, layer out of range,
@@ -175,8 +180,9 @@ Status write_window(std::span<const LayerSpan> spans, std::uint32_t layer, const
 
 // The layer's compressors for each span (m != 0; nothing to do for m = 0): per token the state row update,
 // and at each group end the softmax pooling, RMSNorm, RoPE / YaRN at g*m on the tail, the model's rounding
-// and the encoding into compressed row g (and for m = 4 the indexer compressor into indexer row g). One
-// block per (sequence, branch) walks the span's tokens in order; float32 math in the CPU's order.
+// and the encoding into compressed row g (and for m = 4 the indexer compressor into indexer row g). Decode:
+// one block per (sequence, branch) walks the span's tokens in order; prefill: see KernelOptions. Float32 math
+// in the CPU's order (explicit roundings, no FMA contraction).
 Status run_compressors(std::span<const LayerSpan> spans, std::uint32_t layer, const CompressorWeights& weights,
                        const KernelOptions& options = {}, void* stream = nullptr);
 
