@@ -1,6 +1,7 @@
 // DeviceCache: host bookkeeping (lengths, window starts) of a GPU-resident TurboQuant cache whose layer buffers
 // live on the device; appends run the encode kernel and commit only after it completed without bad input,
-// snapshots and restores copy the same bytes as the CPU cache (docs/cuda.md, "DeviceCache").
+// snapshots and restores copy the same bytes as the CPU cache (docs/cuda.md, "DeviceCache"); decode and
+// chunked-prefill attention run the kernels of tq.hpp / tq_prefill.hpp over the layer buffers.
 #include "kvcompact/cuda/tq_cache.hpp"
 
 #include <algorithm>
@@ -8,6 +9,7 @@
 #include <utility>
 
 #include "check.hpp"
+#include "kvcompact/tq/append_check.hpp"
 #include "kvcompact/tq/attention.hpp"
 #include "kvcompact/tq/codec.hpp"
 #include "kvcompact/tq/snapshot_check.hpp"
@@ -117,30 +119,9 @@ Status DeviceCache::append(std::uint32_t layer, std::uint32_t seq, std::uint32_t
   KVC_TRY(check_layer_seq(layer, seq, true));
   Layer& l = *layers_[layer];
   const std::uint32_t length = l.lengths[seq];
-  if (position != length) {
-    Error e = make_error(ErrorCode::OutOfRange,
-                         "append to layer {} sequence {} at position {}, but its length is {} (appends must be "
-                         "contiguous; truncate first to rewrite)",
-                         layer, seq, position, length);
-    e.expected = length;
-    e.actual = position;
-    return e;
-  }
-  if (static_cast<std::uint64_t>(position) + rows > capacity_) {
-    Error e = make_error(ErrorCode::CapacityExceeded,
-                         "append of {} rows at position {} of layer {} sequence {} exceeds the capacity {}", rows,
-                         position, layer, seq, capacity_);
-    e.expected = capacity_;
-    e.actual = static_cast<std::int64_t>(position) + rows;
-    return e;
-  }
+  // The CPU cache's checks, messages and order (tq/append_check.hpp).
+  KVC_TRY(ktq::validate_append(layer, seq, length, capacity_, position, rows, dtype, keys, values));
   if (rows == 0) return ok_status();
-  if (dtype != DType::F32 && dtype != DType::F16 && dtype != DType::BF16) {
-    return make_error(ErrorCode::Unsupported, "append takes f32, f16 or bf16 rows, not {}", dtype_name(dtype));
-  }
-  if (keys == nullptr || values == nullptr) {
-    return make_error(ErrorCode::InvalidArgument, "append of {} rows with null keys or values", rows);
-  }
   KVC_CUDA_TRY(cudaMemsetAsync(status_.data(), 0, 4, static_cast<cudaStream_t>(stream)));
   EncodeRequest req;
   req.seq = seq;
@@ -318,6 +299,99 @@ Status DeviceCache::decode(std::uint32_t layer, const DecodePlan& plan, const fl
   args.scale = scale;
   args.output = output;
   return decode_attention(plan, *l.codec, l.data.data(), args, workspace, stream);
+}
+
+Result<PrefillPlan> DeviceCache::plan_prefill(std::uint32_t layer, std::uint32_t q_heads, std::uint32_t max_rows,
+                                              PrefillPrecision precision) const {
+  KVC_TRY(check_layer_seq(layer, 0, true));
+  return tq::plan_prefill(layers_[layer]->layout, config_, q_heads, max_rows, capacity_, multiprocessors_, precision);
+}
+
+Status DeviceCache::prefill(std::uint32_t layer, const PrefillPlan& plan, PrefillArgs args, void* workspace,
+                            void* stream) const {
+  KVC_TRY(check_layer_seq(layer, 0, true));
+  const Layer& l = *layers_[layer];
+  if (plan.layout.kv_heads != l.layout.kv_heads || plan.layout.capacity != l.layout.capacity ||
+      plan.layout.sequences != l.layout.sequences || plan.layout.total_bytes != l.layout.total_bytes) {
+    return make_error(ErrorCode::Mismatch, "the prefill plan was made for another layout than layer {}", layer);
+  }
+  for (std::uint32_t s = 0; s < sequences_; ++s) {
+    if (l.lengths[s] > plan.max_length) {
+      return make_error(ErrorCode::OutOfRange, "sequence {} has length {} beyond the plan's max_length {}", s,
+                        l.lengths[s], plan.max_length);
+    }
+  }
+  args.lengths = static_cast<const std::uint32_t*>(l.device_lengths.data());
+  args.window_begins = static_cast<const std::uint32_t*>(l.device_window_begins.data());
+  return prefill_attention(plan, *l.codec, l.data.data(), args, workspace, stream);
+}
+
+Status DeviceCache::attention(std::uint32_t layer, std::span<const ktq::AttentionRequest> requests,
+                              const ktq::AttentionOptions& options, void* stream, PrefillPrecision precision) {
+  KVC_TRY(check_layer_seq(layer, 0, true));
+  const Layer& l = *layers_[layer];
+  // tq::validate_attention's checks, in its order and with its messages (it needs a host LayerView).
+  if (options.q_heads == 0 || options.q_heads % l.kv_heads != 0) {
+    return make_error(ErrorCode::InvalidArgument, "q_heads {} must be a positive multiple of kv_heads {}",
+                      options.q_heads, l.kv_heads);
+  }
+  if (!std::isfinite(options.scale)) {
+    return make_error(ErrorCode::InvalidArgument, "softmax scale {} is not finite", options.scale);
+  }
+  std::uint32_t max_rows = 0;
+  for (std::size_t r = 0; r < requests.size(); ++r) {
+    const ktq::AttentionRequest& req = requests[r];
+    if (req.seq >= sequences_) {
+      return make_error(ErrorCode::OutOfRange, "request {}: sequence {} is outside the cache's {} sequences", r,
+                        req.seq, sequences_);
+    }
+    const std::uint64_t end = static_cast<std::uint64_t>(req.first_position) + req.rows;
+    if (end > l.lengths[req.seq]) {
+      Error e = make_error(ErrorCode::OutOfRange,
+                           "request {}: query positions [{}, {}) of sequence {} go past its length {} (append the "
+                           "keys before attending)",
+                           r, req.first_position, end, req.seq, l.lengths[req.seq]);
+      e.expected = l.lengths[req.seq];
+      e.actual = static_cast<std::int64_t>(end);
+      return e;
+    }
+    if (req.rows > 0 && (req.queries == nullptr || req.output == nullptr)) {
+      return make_error(ErrorCode::InvalidArgument, "request {}: null queries or output with {} rows", r, req.rows);
+    }
+    max_rows = std::max(max_rows, req.rows);
+  }
+  if (max_rows == 0) return ok_status();
+  KVC_ASSIGN_OR_RETURN(PrefillPlan plan, plan_prefill(layer, options.q_heads, max_rows, precision));
+  const std::size_t n = requests.size();
+  std::vector<std::uint32_t> host(3 * n);
+  for (std::size_t r = 0; r < n; ++r) {
+    host[r] = requests[r].seq;
+    host[n + r] = requests[r].first_position;
+    host[2 * n + r] = requests[r].rows;
+  }
+  const cudaStream_t s = static_cast<cudaStream_t>(stream);
+  // A kernel of an earlier call on this stream may still read the argument buffer.
+  KVC_CUDA_TRY(cudaStreamSynchronize(s));
+  if (request_args_.size() < 4ull * host.size()) {
+    KVC_ASSIGN_OR_RETURN(request_args_, DeviceBuffer::allocate(4ull * host.size()));
+  }
+  KVC_CUDA_TRY(cudaMemcpyAsync(request_args_.data(), host.data(), 4ull * host.size(), cudaMemcpyHostToDevice, s));
+  const auto* dev = static_cast<const std::uint32_t*>(request_args_.data());
+  for (std::size_t r = 0; r < n; ++r) {
+    if (requests[r].rows == 0) continue;
+    PrefillArgs args;
+    args.batch = 1;
+    args.seqs = dev + r;
+    args.first_positions = dev + n + r;
+    args.rows = dev + 2 * n + r;
+    args.queries = requests[r].queries;
+    args.output = requests[r].output;
+    args.sinks = options.sinks;
+    args.scale = options.scale;
+    KVC_TRY(prefill(layer, plan, args, nullptr, stream));
+  }
+  // The host vector may go away now: cudaMemcpyAsync from pageable memory returns once it is staged.
+  return ok_status();
 }
 
 }  // namespace kvcompact::cuda::tq

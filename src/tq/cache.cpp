@@ -2,6 +2,7 @@
 // lengths and window bookkeeping, append / truncate / reset / snapshot / restore. Attention itself lives
 // in attention.cpp; the cache only hands it a LayerView.
 #include "kvcompact/tq/cache.hpp"
+#include "kvcompact/tq/append_check.hpp"
 #include "kvcompact/tq/snapshot_check.hpp"
 
 #include <algorithm>
@@ -140,30 +141,8 @@ Status TurboQuantCache::append(std::uint32_t layer, std::uint32_t seq, std::uint
   KVC_TRY(check_layer_seq(layer, seq, true));
   Layer& l = *layers_[layer];
   const std::uint32_t length = l.lengths[seq];
-  if (position != length) {
-    Error e = make_error(ErrorCode::OutOfRange,
-                         "append to layer {} sequence {} at position {}, but its length is {} (appends must be "
-                         "contiguous; truncate first to rewrite)",
-                         layer, seq, position, length);
-    e.expected = length;
-    e.actual = position;
-    return e;
-  }
-  if (static_cast<std::uint64_t>(position) + rows > capacity_) {
-    Error e = make_error(ErrorCode::CapacityExceeded,
-                         "append of {} rows at position {} of layer {} sequence {} exceeds the capacity {}", rows,
-                         position, layer, seq, capacity_);
-    e.expected = capacity_;
-    e.actual = static_cast<std::int64_t>(position) + rows;
-    return e;
-  }
+  KVC_TRY(validate_append(layer, seq, length, capacity_, position, rows, dtype, keys, values));
   if (rows == 0) return ok_status();
-  if (dtype != DType::F32 && dtype != DType::F16 && dtype != DType::BF16) {
-    return make_error(ErrorCode::Unsupported, "append takes f32, f16 or bf16 rows, not {}", dtype_name(dtype));
-  }
-  if (keys == nullptr || values == nullptr) {
-    return make_error(ErrorCode::InvalidArgument, "append of {} rows with null keys or values", rows);
-  }
   const std::uint32_t d = head_dim_;
   const std::uint32_t heads = l.kv_heads;
   const std::uint64_t elements = static_cast<std::uint64_t>(rows) * heads * d;  // ≤ capacity·heads·d, planned

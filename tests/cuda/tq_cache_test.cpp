@@ -1,9 +1,13 @@
 // DeviceCache (the GPU-resident TurboQuant cache) replays random traces — appends of random sizes and dtypes,
 // truncations, resets, snapshot / restore — next to the CPU TurboQuantCache: every snapshot must have the same
-// bytes, and decode attention must match the float64 oracle over the CPU cache. Skips without a CUDA device.
+// bytes, and decode attention must match the float64 oracle over the CPU cache. Chunked appends followed by
+// chunked-prefill attention (DeviceCache::attention) must match the CPU cache's attention and the float64
+// oracle; append / attention argument errors must equal the CPU cache's. Skips without a CUDA device.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -178,6 +182,205 @@ TEST(CudaCache, RandomTracesMatchTheCpuCache) {
     EXPECT_EQ(gpu.append(0, 0, gpu.length(0, 0) + 1, 1, DType::F32, nullptr, nullptr).error().code,
               ErrorCode::OutOfRange);
   }
+}
+
+// Per query row (all heads of one token): max |a − b| / max |b|.
+double worst_row_error(const std::vector<float>& out, const std::vector<double>& ref, std::size_t row_floats) {
+  double worst = 0.0;
+  for (std::size_t r = 0; (r + 1) * row_floats <= ref.size(); ++r) {
+    double diff = 0.0, top = 0.0;
+    for (std::size_t j = r * row_floats; j < (r + 1) * row_floats; ++j) {
+      const double dlt = static_cast<double>(out[j]) - ref[j];
+      if (std::isnan(dlt)) return dlt;
+      diff = std::max(diff, std::fabs(dlt));
+      top = std::max(top, std::fabs(ref[j]));
+    }
+    worst = std::max(worst, top > 0.0 ? diff / top : diff);
+  }
+  return worst;
+}
+
+// Random chunked appends (device rows) into a DeviceCache and a CPU cache; after each append the chunk's queries
+// attend causally (DeviceCache::attention = chunked prefill) and must match TurboQuantCache::attention and the
+// float64 oracle within 1e-3 per row. A final batched call covers all sequences at once with sinks and a scale.
+TEST(CudaCache, ChunkedPrefillMatchesTheCpuCache) {
+  if (device_count() == 0) GTEST_SKIP() << "no CUDA device (cudaGetDeviceCount reports none)";
+  const char* const modes[] = {"k=prod3,v=mse2,w=24", "k=mse4,v=mse3,nc"};
+  for (const char* mode : modes) {
+    const std::uint64_t seed = fresh_seed();
+    SCOPED_TRACE(std::string("mode ") + mode + " seed " + std::to_string(seed));
+    std::mt19937_64 rng(seed);
+    const QuantConfig config = *QuantConfig::parse(mode, seed);
+    CacheShape shape;
+    shape.head_dim = 128;
+    shape.kv_heads = {0, 2};
+    shape.sequences = 3;
+    shape.capacity = 613;
+    auto cpu = take(TurboQuantCache::create(shape, config));
+    auto gpu = take(DeviceCache::create(shape, config));
+    const std::uint32_t d = shape.head_dim, heads = 2, q_heads = 8, layer = 1;
+    const std::size_t row_floats = std::size_t{q_heads} * d;
+    double worst_cpu = 0.0, worst_oracle = 0.0;
+    for (int step = 0; step < 12; ++step) {
+      const std::uint32_t seq = static_cast<std::uint32_t>(rng() % shape.sequences);
+      const std::uint32_t length = cpu.length(layer, seq);
+      const std::uint32_t room = shape.capacity - length;
+      if (room == 0) continue;
+      const std::uint32_t rows = 1 + static_cast<std::uint32_t>(rng() % std::min<std::uint32_t>(room, 160));
+      const auto k = random_rows(rng, std::size_t{rows} * heads, d, 1.0f, true);
+      const auto v = random_rows(rng, std::size_t{rows} * heads, d, 1.0f, false);
+      ASSERT_TRUE(cpu.append(layer, seq, length, rows, DType::F32, k.data(), v.data()).ok());
+      auto dk = take(DeviceBuffer::allocate(k.size() * 4));
+      auto dv = take(DeviceBuffer::allocate(v.size() * 4));
+      ASSERT_TRUE(dk.upload(k.data(), k.size() * 4).ok());
+      ASSERT_TRUE(dv.upload(v.data(), v.size() * 4).ok());
+      const Status appended = gpu.append(layer, seq, length, rows, DType::F32, dk.data(), dv.data());
+      ASSERT_TRUE(appended.ok()) << appended.error().to_string();
+      // The chunk's own queries.
+      const auto q = random_rows(rng, std::size_t{rows} * q_heads, d, 1.0f, false);
+      auto dq = take(DeviceBuffer::allocate(q.size() * 4));
+      ASSERT_TRUE(dq.upload(q.data(), q.size() * 4).ok());
+      auto dout = take(DeviceBuffer::allocate(q.size() * 4));
+      ASSERT_TRUE(dout.fill(0xFF).ok());
+      AttentionRequest req;
+      req.seq = seq;
+      req.first_position = length;
+      req.rows = rows;
+      req.queries = static_cast<const float*>(dq.data());
+      req.output = static_cast<float*>(dout.data());
+      AttentionOptions options;
+      options.q_heads = q_heads;
+      const Status ran = gpu.attention(layer, {&req, 1}, options);
+      ASSERT_TRUE(ran.ok()) << ran.error().to_string();
+      ASSERT_TRUE(synchronize().ok());
+      std::vector<float> got(q.size()), want(q.size());
+      ASSERT_TRUE(dout.download(got.data(), got.size() * 4).ok());
+      AttentionRequest host = req;
+      host.queries = q.data();
+      host.output = want.data();
+      ASSERT_TRUE(cpu.attention(layer, {&host, 1}, options).ok());
+      const std::vector<double> want_d(want.begin(), want.end());
+      const double e_cpu = worst_row_error(got, want_d, row_floats);
+      auto ref = take(kvcompact::tq::attention_oracle(cpu.view(layer), {&host, 1}, options));
+      const double e_oracle = worst_row_error(got, ref[0], row_floats);
+      EXPECT_LE(e_cpu, 1e-3) << "step " << step << " seq " << seq << " chunk [" << length << ", " << length + rows << ")";
+      EXPECT_LE(e_oracle, 1e-3) << "step " << step << " seq " << seq << " chunk [" << length << ", " << length + rows << ")";
+      worst_cpu = std::isnan(e_cpu) ? e_cpu : std::max(worst_cpu, e_cpu);
+      worst_oracle = std::isnan(e_oracle) ? e_oracle : std::max(worst_oracle, e_oracle);
+    }
+    // One batched call over every sequence: the last min(length, 50) positions of each, sinks, a scale.
+    std::vector<AttentionRequest> reqs, hosts;
+    std::vector<float> q_all;
+    std::vector<std::size_t> offsets;
+    for (std::uint32_t s = 0; s < shape.sequences; ++s) {
+      const std::uint32_t len = cpu.length(layer, s);
+      const std::uint32_t rows = std::min<std::uint32_t>(len, 50);
+      AttentionRequest r;
+      r.seq = s;
+      r.first_position = len - rows;
+      r.rows = rows;
+      reqs.push_back(r);
+      offsets.push_back(q_all.size());
+      const auto q = random_rows(rng, std::size_t{rows} * q_heads, d, 1.0f, false);
+      q_all.insert(q_all.end(), q.begin(), q.end());
+    }
+    auto dq = take(DeviceBuffer::allocate(std::max<std::size_t>(q_all.size(), 1) * 4));
+    ASSERT_TRUE(dq.upload(q_all.data(), q_all.size() * 4).ok());
+    auto dout = take(DeviceBuffer::allocate(std::max<std::size_t>(q_all.size(), 1) * 4));
+    ASSERT_TRUE(dout.fill(0xFF).ok());
+    std::vector<float> sinks(q_heads);
+    std::normal_distribution<float> normal(0.0f, 2.0f);
+    for (float& x : sinks) x = normal(rng);
+    auto dsinks = take(DeviceBuffer::allocate(4ull * q_heads));
+    ASSERT_TRUE(dsinks.upload(sinks.data(), 4ull * q_heads).ok());
+    std::vector<float> want(q_all.size()), got(q_all.size());
+    for (std::uint32_t s = 0; s < shape.sequences; ++s) {
+      reqs[s].queries = static_cast<const float*>(dq.data()) + offsets[s];
+      reqs[s].output = static_cast<float*>(dout.data()) + offsets[s];
+      AttentionRequest h = reqs[s];
+      h.queries = q_all.data() + offsets[s];
+      h.output = want.data() + offsets[s];
+      hosts.push_back(h);
+    }
+    AttentionOptions options;
+    options.q_heads = q_heads;
+    options.scale = 0.07f;
+    options.sinks = static_cast<const float*>(dsinks.data());
+    const Status ran = gpu.attention(layer, reqs, options);
+    ASSERT_TRUE(ran.ok()) << ran.error().to_string();
+    ASSERT_TRUE(synchronize().ok());
+    ASSERT_TRUE(dout.download(got.data(), got.size() * 4).ok());
+    options.sinks = sinks.data();
+    ASSERT_TRUE(cpu.attention(layer, hosts, options).ok());
+    auto ref = take(kvcompact::tq::attention_oracle(cpu.view(layer), hosts, options));
+    for (std::uint32_t s = 0; s < shape.sequences; ++s) {
+      const std::vector<float> g(got.begin() + offsets[s], got.begin() + offsets[s] + std::size_t{reqs[s].rows} * row_floats);
+      const std::vector<double> w(want.begin() + offsets[s], want.begin() + offsets[s] + std::size_t{reqs[s].rows} * row_floats);
+      const double e_cpu = worst_row_error(g, w, row_floats), e_oracle = worst_row_error(g, ref[s], row_floats);
+      EXPECT_LE(e_cpu, 1e-3) << "batched, sequence " << s;
+      EXPECT_LE(e_oracle, 1e-3) << "batched, sequence " << s;
+      worst_cpu = std::isnan(e_cpu) ? e_cpu : std::max(worst_cpu, e_cpu);
+      worst_oracle = std::isnan(e_oracle) ? e_oracle : std::max(worst_oracle, e_oracle);
+    }
+    std::printf("[prefill-cache] %s: worst row error vs CPU cache attention %.3g, vs float64 oracle %.3g\n", mode,
+                worst_cpu, worst_oracle);
+  }
+}
+
+// The device cache's append and attention reject the same calls as the CPU cache with the same errors.
+TEST(CudaCache, ArgumentErrorsEqualTheCpuCache) {
+  if (device_count() == 0) GTEST_SKIP() << "no CUDA device (cudaGetDeviceCount reports none)";
+  const QuantConfig config = QuantConfig::seed_system(3);
+  CacheShape shape;
+  shape.head_dim = 64;
+  shape.kv_heads = {1};
+  shape.sequences = 2;
+  shape.capacity = 8;
+  auto cpu = take(TurboQuantCache::create(shape, config));
+  auto gpu = take(DeviceCache::create(shape, config));
+  std::vector<float> rows(8 * 64, 0.5f);
+  auto drows = take(DeviceBuffer::allocate(rows.size() * 4));
+  ASSERT_TRUE(drows.upload(rows.data(), rows.size() * 4).ok());
+  const void* h = rows.data();
+  const void* dv = drows.data();
+  ASSERT_TRUE(cpu.append(0, 0, 0, 2, DType::F32, h, h).ok());
+  ASSERT_TRUE(gpu.append(0, 0, 0, 2, DType::F32, dv, dv).ok());
+  struct Call {
+    std::uint32_t position, rows;
+    DType dtype;
+    bool null;
+  };
+  const Call calls[] = {{1, 1, DType::F32, false}, {3, 1, DType::F32, false}, {2, 7, DType::F32, false},
+                        {2, 1, DType::F8E4M3, false},  {2, 1, DType::F32, true},  {2, 0, DType::F8E4M3, true}};
+  for (const Call& c : calls) {
+    const Status a = cpu.append(0, 0, c.position, c.rows, c.dtype, c.null ? nullptr : h, c.null ? nullptr : h);
+    const Status b = gpu.append(0, 0, c.position, c.rows, c.dtype, c.null ? nullptr : dv, c.null ? nullptr : dv);
+    ASSERT_EQ(a.ok(), b.ok()) << "position " << c.position << " rows " << c.rows;
+    if (a.ok()) continue;
+    EXPECT_EQ(a.error().code, b.error().code);
+    EXPECT_EQ(a.error().message, b.error().message);
+    EXPECT_EQ(a.error().expected, b.error().expected);
+    EXPECT_EQ(a.error().actual, b.error().actual);
+  }
+  // Attention: past the length, sequence out of range, q_heads not a multiple, null output.
+  std::vector<float> out(4 * 64);
+  AttentionOptions options;
+  options.q_heads = 2;
+  AttentionRequest bad_cases[3];
+  bad_cases[0] = {0, 1, 2, rows.data(), out.data()};
+  bad_cases[1] = {5, 0, 1, rows.data(), out.data()};
+  bad_cases[2] = {0, 0, 1, rows.data(), nullptr};
+  for (const AttentionRequest& r : bad_cases) {
+    const Status a = cpu.attention(0, {&r, 1}, options);
+    const Status b = gpu.attention(0, {&r, 1}, options);
+    ASSERT_FALSE(a.ok());
+    ASSERT_FALSE(b.ok());
+    EXPECT_EQ(a.error().code, b.error().code);
+    EXPECT_EQ(a.error().message, b.error().message);
+  }
+  options.q_heads = 0;
+  const AttentionRequest fine{0, 0, 1, rows.data(), out.data()};
+  EXPECT_EQ(cpu.attention(0, {&fine, 1}, options).error().code, gpu.attention(0, {&fine, 1}, options).error().code);
 }
 
 }  // namespace

@@ -1,17 +1,20 @@
 // DeviceCache: a GPU-resident TurboQuant KV cache with the CPU TurboQuantCache's semantics (contiguous
-// appends, capacity, exact window ring, truncate / reset, per-layer snapshots with the same bytes) and fused
-// decode attention. Host-side bookkeeping; data moves only through the kernels of kvcompact/cuda/tq.hpp.
+// appends, capacity, exact window ring, truncate / reset, per-layer snapshots with the same bytes), fused
+// decode attention and chunked-prefill attention (kvcompact/cuda/tq_prefill.hpp). Host-side bookkeeping; data moves only through the kernels of kvcompact/cuda/tq.hpp.
 // No CUDA header is included; device pointers are plain pointers, streams are void*.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "kvcompact/core/dtypes.hpp"
 #include "kvcompact/core/error.hpp"
 #include "kvcompact/cuda/runtime.hpp"
 #include "kvcompact/cuda/tq.hpp"
+#include "kvcompact/cuda/tq_prefill.hpp"
+#include "kvcompact/tq/attention.hpp"
 #include "kvcompact/tq/cache.hpp"
 
 namespace kvcompact::cuda::tq {
@@ -59,6 +62,26 @@ class DeviceCache {
   Status decode(std::uint32_t layer, const DecodePlan& plan, const float* queries, const float* sinks, float scale,
                 float* output, void* workspace, void* stream = nullptr) const;
 
+  // Batched causal attention for `layer` with tq::TurboQuantCache::attention's semantics and checks (query row
+  // i of a request sits at first_position + i and sees [0, first_position + i]; GQA, sinks, scale 0 = 1/√d, the
+  // exact window). Differences: requests' queries / output are DEVICE arrays [rows, q_heads, head_dim];
+  // options.sinks is a DEVICE array [q_heads] or null (its values cannot be checked on the host);
+  // options.threads and chunk_tokens are ignored. It plans per call, uploads the requests' positions (after
+  // synchronising `stream`, so the small argument buffer is never overwritten while a kernel reads it) and
+  // launches one prefill kernel per request on `stream`; it does not wait for them. Not graph-capturable: use
+  // plan_prefill / prefill for that.
+  Status attention(std::uint32_t layer, std::span<const kvcompact::tq::AttentionRequest> requests,
+                   const kvcompact::tq::AttentionOptions& options, void* stream = nullptr,
+                   PrefillPrecision precision = PrefillPrecision::HiLo);
+
+  // The plan / run form of chunked prefill over `layer`: plan once per (q_heads, max_rows); prefill fills
+  // args.lengths / args.window_begins with the cache's device mirrors (whatever the caller set) and checks that
+  // every sequence's length is ≤ the plan's max_length. Device-side preconditions: see PrefillArgs.
+  Result<PrefillPlan> plan_prefill(std::uint32_t layer, std::uint32_t q_heads, std::uint32_t max_rows,
+                                   PrefillPrecision precision = PrefillPrecision::HiLo) const;
+  Status prefill(std::uint32_t layer, const PrefillPlan& plan, PrefillArgs args, void* workspace = nullptr,
+                 void* stream = nullptr) const;
+
  private:
   struct Layer;
   DeviceCache() = default;
@@ -71,7 +94,8 @@ class DeviceCache {
   std::uint32_t capacity_ = 0;
   int multiprocessors_ = 1;
   std::vector<std::unique_ptr<Layer>> layers_;
-  DeviceBuffer status_;  // one encode status word
+  DeviceBuffer status_;        // one encode status word
+  DeviceBuffer request_args_;  // attention(): [3][requests] seq, first_position, rows
 };
 
 }  // namespace kvcompact::cuda::tq

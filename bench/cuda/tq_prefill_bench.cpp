@@ -1,0 +1,197 @@
+// CUDA chunked-prefill attention benchmark: one 2048-token chunk (queries at positions [ctx, ctx + 2048)) over
+// a sequence of ctx cached tokens plus the chunk itself, Llama-3-8B heads (32 query / 8 KV heads, d 128),
+// batch 1, contexts 8K / 32K / 128K, the recommended and the seed mode, both P precisions. Layer contents are
+// random codes and norms (bench/cuda/fill.cu); times are the median of CUDA-event-timed launches after
+// warm-up. Prints a table and writes CSV (--csv FILE); scripts/gpu/steps/tq_prefill.sh runs it next to the
+// bf16 torch SDPA baseline (scripts/gpu/sdpa_prefill_baseline.py) with the same FLOP count.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "fill.hpp"
+#include "kvcompact/cuda/runtime.hpp"
+#include "kvcompact/cuda/tq.hpp"
+#include "kvcompact/cuda/tq_prefill.hpp"
+#include "kvcompact/tq/codec.hpp"
+#include "kvcompact/tq/config.hpp"
+#include "kvcompact/tq/layout.hpp"
+
+namespace {
+
+using namespace kvcompact;
+
+#define BENCH_CHECK(expr)                                                                  \
+  do {                                                                                     \
+    const auto bench_r_ = (expr);                                                          \
+    if (!bench_r_.ok()) {                                                                  \
+      std::fprintf(stderr, "%s failed: %s\n", #expr, bench_r_.error().to_string().c_str()); \
+      std::exit(1);                                                                        \
+    }                                                                                      \
+  } while (0)
+#define CUDA_CHECK(expr)                                                            \
+  do {                                                                              \
+    const cudaError_t bench_e_ = (expr);                                            \
+    if (bench_e_ != cudaSuccess) {                                                  \
+      std::fprintf(stderr, "%s failed: %s\n", #expr, cudaGetErrorString(bench_e_)); \
+      std::exit(1);                                                                 \
+    }                                                                               \
+  } while (0)
+
+template <typename T>
+T take(Result<T>&& r, const char* what) {
+  if (!r.ok()) {
+    std::fprintf(stderr, "%s failed: %s\n", what, r.error().to_string().c_str());
+    std::exit(1);
+  }
+  return std::move(r).value();
+}
+
+template <typename F>
+double median_us(int warmup, int iters, F&& body) {
+  cudaEvent_t a, b;
+  CUDA_CHECK(cudaEventCreate(&a));
+  CUDA_CHECK(cudaEventCreate(&b));
+  for (int i = 0; i < warmup; ++i) body();
+  CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<double> t;
+  for (int i = 0; i < iters; ++i) {
+    CUDA_CHECK(cudaEventRecord(a));
+    body();
+    CUDA_CHECK(cudaEventRecord(b));
+    CUDA_CHECK(cudaEventSynchronize(b));
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+    t.push_back(ms * 1000.0);
+  }
+  CUDA_CHECK(cudaEventDestroy(a));
+  CUDA_CHECK(cudaEventDestroy(b));
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+bench::FillRegions regions_of(const tq::LayerLayout& l) {
+  const std::uint64_t slots = std::uint64_t{l.sequences} * l.kv_heads * l.capacity;
+  bench::FillRegions r{};
+  r.bytes_offset[0] = l.key_codes_offset;
+  r.bytes_count[0] = slots * l.token.key_codes;
+  r.bytes_offset[1] = l.key_signs_offset;
+  r.bytes_count[1] = slots * l.token.key_signs;
+  r.bytes_offset[2] = l.value_codes_offset;
+  r.bytes_count[2] = slots * l.token.value_codes;
+  r.f32_offset[0] = l.key_norms_offset;
+  r.f32_count[0] = slots;
+  r.f32_offset[1] = l.value_norms_offset;
+  r.f32_count[1] = slots;
+  r.f16_offset = l.key_residual_norms_offset;
+  r.f16_count = l.token.key_residual_norm != 0 ? slots : 0;
+  return r;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string csv_path, only_mode;
+  bool quick = false;
+  unsigned only_ctx = 0;
+  std::uint32_t chunk = 2048;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--csv") == 0 && i + 1 < argc) csv_path = argv[++i];
+    if (std::strcmp(argv[i], "--quick") == 0) quick = true;
+    if (std::strcmp(argv[i], "--chunk") == 0 && i + 1 < argc) chunk = static_cast<std::uint32_t>(std::atoi(argv[++i]));
+    // --only MODE CONTEXT: one case (HiLo) and nothing else (for the profiler).
+    if (std::strcmp(argv[i], "--only") == 0 && i + 2 < argc) {
+      only_mode = argv[++i];
+      only_ctx = static_cast<unsigned>(std::atoi(argv[++i]));
+    }
+  }
+  const bool only = !only_mode.empty();
+  if (cuda::device_count() == 0) {
+    std::fprintf(stderr, "no CUDA device\n");
+    return 1;
+  }
+  const auto props = take(cuda::device_properties(0), "device_properties");
+  std::printf("device: %s, %d SMs\n", props.name.c_str(), props.multiprocessors);
+  FILE* csv = csv_path.empty() ? nullptr : std::fopen(csv_path.c_str(), "w");
+  if (csv != nullptr) std::fprintf(csv, "kind,mode,precision,context,chunk,us,tflops,kv_bytes\n");
+
+  const std::uint32_t head_dim = 128, kv_heads = 8, q_heads = 32;
+  struct Mode {
+    const char* name;
+    tq::QuantConfig config;
+  };
+  const Mode modes[] = {{"recommended", tq::QuantConfig::recommended(1)}, {"seed", tq::QuantConfig::seed_system(1)}};
+  std::vector<std::uint32_t> contexts = {8192, 32768, 131072};
+  if (quick) contexts = {8192, 32768};
+  if (only) contexts = {only_ctx};
+  const cuda::tq::PrefillPrecision precisions[] = {cuda::tq::PrefillPrecision::HiLo, cuda::tq::PrefillPrecision::Fast};
+  std::printf("\n%-12s %-5s %7s %6s %10s %8s %7s %5s\n", "mode", "prec", "context", "chunk", "us", "TFLOP/s",
+              "rows/blk", "occ");
+  for (const Mode& mode : modes) {
+    if (only && only_mode != mode.name) continue;
+    auto codec = take(tq::LayerCodec::create(head_dim, mode.config, 0), "LayerCodec::create");
+    auto dcodec = take(cuda::tq::DeviceCodec::create(codec), "DeviceCodec::create");
+    for (std::uint32_t ctx : contexts) {
+      const std::uint32_t length = ctx + chunk;
+      auto layout = take(tq::plan_layer_layout(head_dim, kv_heads, 1, length, mode.config), "plan_layer_layout");
+      auto layer = take(cuda::DeviceBuffer::allocate(cuda::tq::layer_buffer_bytes(layout)), "allocate layer");
+      CUDA_CHECK(static_cast<cudaError_t>(bench::fill_layer_random(layer.data(), regions_of(layout), 1000 + ctx)));
+      const std::uint32_t host_args[3] = {length, ctx, chunk};  // length, first position, rows
+      auto dargs = take(cuda::DeviceBuffer::allocate(12), "allocate args");
+      BENCH_CHECK(dargs.upload(host_args, 12));
+      std::vector<float> q(std::size_t{chunk} * q_heads * head_dim);
+      std::mt19937 rng(7);
+      std::normal_distribution<float> normal(0.0f, 1.0f);
+      for (float& x : q) x = normal(rng);
+      auto dq = take(cuda::DeviceBuffer::allocate(q.size() * 4), "allocate queries");
+      BENCH_CHECK(dq.upload(q.data(), q.size() * 4));
+      auto dout = take(cuda::DeviceBuffer::allocate(q.size() * 4), "allocate output");
+      const auto* dev = static_cast<const std::uint32_t*>(dargs.data());
+      cuda::tq::PrefillArgs args;
+      args.batch = 1;
+      args.lengths = dev;
+      args.first_positions = dev + 1;
+      args.rows = dev + 2;
+      args.queries = static_cast<const float*>(dq.data());
+      args.output = static_cast<float*>(dout.data());
+      // Causal pairs: row i (position ctx + i) sees ctx + i + 1 keys. 2 FLOPs per multiply-add, Q·Kᵀ and P·V.
+      const double pairs = static_cast<double>(chunk) * ctx + 0.5 * static_cast<double>(chunk) * (chunk + 1.0);
+      const double flops = 4.0 * head_dim * q_heads * pairs;
+      const std::uint64_t kv_bytes = std::uint64_t{length} * kv_heads * layout.token.total();
+      for (cuda::tq::PrefillPrecision precision : precisions) {
+        if (only && precision != cuda::tq::PrefillPrecision::HiLo) continue;
+        auto plan = take(cuda::tq::plan_prefill(layout, mode.config, q_heads, chunk, length, props.multiprocessors,
+                                                precision),
+                         "plan_prefill");
+        const int iters = ctx >= 131072 ? 8 : 15;
+        const double us = median_us(2, only ? 3 : iters, [&] {
+          BENCH_CHECK(cuda::tq::prefill_attention(plan, dcodec, layer.data(), args, nullptr));
+        });
+        const double tflops = flops / (us * 1e6);
+        const char* pname = precision == cuda::tq::PrefillPrecision::HiLo ? "hilo" : "fast";
+        std::printf("%-12s %-5s %7u %6u %10.1f %8.1f %7u %5d\n", mode.name, pname, ctx, chunk, us, tflops,
+                    plan.block_rows, plan.blocks_per_sm);
+        if (csv != nullptr) {
+          std::fprintf(csv, "prefill,%s,%s,%u,%u,%.3f,%.2f,%llu\n", mode.name, pname, ctx, chunk, us, tflops,
+                       static_cast<unsigned long long>(kv_bytes));
+          std::fflush(csv);
+        }
+      }
+      std::vector<float> out(16);
+      CUDA_CHECK(cudaMemcpy(out.data(), dout.data(), 64, cudaMemcpyDeviceToHost));
+      for (float x : out) {
+        if (!(x == x)) {
+          std::fprintf(stderr, "NaN in the prefill output (%s, ctx %u)\n", mode.name, ctx);
+          return 1;
+        }
+      }
+    }
+  }
+  if (csv != nullptr) std::fclose(csv);
+  return 0;
+}

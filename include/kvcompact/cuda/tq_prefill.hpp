@@ -1,0 +1,77 @@
+// Chunked-prefill attention on the GPU over the packed TurboQuant layer layout: many causal query rows per
+// sequence (a prompt chunk), GQA, sinks and the exact window, with the semantics of tq::attention_cpu for
+// AttentionRequest rows > 1. Tensor cores on dequantised tiles; docs/cuda-prefill.md describes the kernel,
+// its precision and memory. Plan / run split like DecodePlan; no CUDA header is included here.
+#pragma once
+
+#include <cstdint>
+
+#include "kvcompact/core/error.hpp"
+#include "kvcompact/cuda/tq.hpp"
+#include "kvcompact/tq/config.hpp"
+#include "kvcompact/tq/layout.hpp"
+
+namespace kvcompact::cuda::tq {
+
+// How P (the softmax weights times the value norms) enters the P·V tensor-core product. HiLo splits it into
+// fp16 hi + lo parts (two MMAs, ≈ 2⁻²² relative); Fast rounds it to fp16 once (one MMA, ≈ 2⁻¹² relative per
+// weight). Queries are always split hi + lo.
+enum class PrefillPrecision : std::uint8_t { HiLo = 0, Fast = 1 };
+
+// Fixed per batch shape: layout, mode, q_heads and upper bounds on the rows of one batch entry and on the
+// sequence lengths. It picks the kernel instance, raises its shared-memory limit and sizes the workspace.
+struct PrefillPlan {
+  LayerLayout layout{};
+  kvcompact::tq::QuantConfig config{};
+  PrefillPrecision precision = PrefillPrecision::HiLo;
+  std::uint32_t q_heads = 0;
+  std::uint32_t max_rows = 0;    // query rows of one batch entry
+  std::uint32_t max_length = 0;  // ≤ layout.capacity
+  std::uint32_t block_rows = 0;        // query rows (tokens × heads) per block
+  std::uint32_t heads_per_block = 0;   // query heads of one KV head per block
+  std::uint32_t tokens_per_block = 0;  // query tokens per block
+  std::uint32_t head_groups = 0;       // blocks along a GQA group wider than block_rows
+  std::uint32_t tiles = 0;             // blocks along the query tokens of one entry
+  int blocks_per_sm = 0;               // occupancy of the kernel instance (informational)
+  std::uint64_t workspace_bytes = 0;   // 0 for this kernel; prefill_attention accepts a null workspace then
+};
+
+// multiprocessors: of the device that will run it (device_properties().multiprocessors); informational.
+// Errors: InvalidArgument (q_heads not a positive multiple of kv_heads, max_rows 0), OutOfRange (max_length
+// beyond the capacity, max_rows beyond max_length, a grid dimension too large), Unsupported (head_dim other
+// than 64 / 128 / 256, key code bits outside 1..5 or value bits outside 2..4).
+Result<PrefillPlan> plan_prefill(const LayerLayout& layout, const kvcompact::tq::QuantConfig& config,
+                                 std::uint32_t q_heads, std::uint32_t max_rows, std::uint32_t max_length,
+                                 int multiprocessors, PrefillPrecision precision = PrefillPrecision::HiLo);
+
+// One launch for a ragged batch: entry i holds rows[i] query rows of cache sequence seqs[i] (or i when seqs is
+// null) at positions first_positions[i] + r, r ∈ [0, rows[i]); row r sees key positions [0, first_positions[i]
+// + r] (causal). Entry i's queries / outputs are rows [Σ_{j<i} rows[j], …) of the [total_rows, q_heads,
+// head_dim] f32 arrays. Preconditions on the device values (they cannot be checked on the host): seqs[i] <
+// layout.sequences (other entries are skipped), rows[i] ≤ plan.max_rows (rows past it are not computed),
+// first_positions[i] + rows[i] ≤ lengths[seq] ≤ plan.max_length, sinks finite or −inf. Reads are clamped to
+// the layout in every case, so a wrong device value never reads or writes outside the layer buffer; outputs
+// are written only inside the rows of each entry.
+struct PrefillArgs {
+  std::uint32_t batch = 0;                       // entries (host value); ≤ 65535
+  const std::uint32_t* seqs = nullptr;           // device [batch] or null
+  const std::uint32_t* first_positions = nullptr;  // device [batch]
+  const std::uint32_t* rows = nullptr;           // device [batch]
+  const std::uint32_t* lengths = nullptr;        // device [layout.sequences]: tokens stored per sequence
+  const std::uint32_t* window_begins = nullptr;  // device [layout.sequences]; may be null without an exact window
+  const float* queries = nullptr;                // device [total_rows, q_heads, head_dim]
+  const float* sinks = nullptr;                  // device [q_heads] sink logits, or null
+  float scale = 0.0f;                            // softmax scale; 0 = 1/√head_dim
+  float* output = nullptr;                       // device [total_rows, q_heads, head_dim]
+};
+
+// Checks every host-visible argument (Mismatch for a codec of another head_dim / mode, InvalidArgument for null
+// pointers, a misaligned layer or a non-finite scale, OutOfRange for a batch beyond 65535) and launches one
+// kernel on `stream`. Allocates and synchronises nothing, so it can be captured in a CUDA graph.
+Status prefill_attention(const PrefillPlan& plan, const DeviceCodec& codec, const void* layer_data,
+                         const PrefillArgs& args, void* workspace, void* stream = nullptr);
+
+// True when prefill_attention has a kernel for this head_dim and mode.
+bool prefill_supported(std::uint32_t head_dim, const kvcompact::tq::QuantConfig& config);
+
+}  // namespace kvcompact::cuda::tq

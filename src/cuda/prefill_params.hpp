@@ -1,0 +1,49 @@
+// Internal: the plain parameter struct of the TurboQuant chunked-prefill attention kernel and its launcher
+// (tq_prefill.cu). Shared by the kernel translation unit and the host side (tq_prefill.cpp), which validates
+// every argument and maps CUDA errors; nothing here includes the fmt-based error header.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "tq_device.cuh"
+
+namespace kvcompact::cuda::tq::detail {
+
+struct PrefillParams {
+  const std::uint8_t* layer;
+  const Tables* tables;
+  const float* queries;                  // [total_rows, q_heads, d]; entry i starts at row Σ_{j<i} rows[j]
+  float* output;                         // same shape
+  const float* sinks;                    // [q_heads] or null
+  const std::uint32_t* seqs;             // [batch] cache sequence per entry, or null (entry i = sequence i)
+  const std::uint32_t* first_positions;  // [batch]
+  const std::uint32_t* rows;             // [batch]
+  const std::uint32_t* lengths;          // [layout sequences]
+  const std::uint32_t* window_begins;    // [layout sequences] or null
+  std::uint64_t key_codes, key_signs, key_norms, key_rho, value_codes, value_norms, window_keys, window_values;
+  std::uint32_t head_dim, kv_heads, sequences, capacity, window, q_heads, group;
+  std::uint32_t heads_per_block;   // query heads of one KV head handled by one block (≤ rows of a block)
+  std::uint32_t tokens_per_block;  // query tokens per block
+  std::uint32_t head_groups;       // blocks along the GQA group (group > rows of a block only)
+  std::uint32_t tiles;             // blocks along the query tokens (grid x)
+  std::uint32_t batch;
+  std::uint32_t key_code_bits, value_bits, qjl, split_p;
+  std::uint32_t kc_bytes, ks_bytes, vc_bytes;  // packed bytes per token of key codes, key signs, value codes
+  float scale_log2;  // softmax scale · log2(e)
+};
+
+// Query rows (query tokens × heads of the GQA group) one block handles for this head_dim / mode; 0 when
+// there is no kernel (head_dim other than 64, 128, 256).
+std::uint32_t prefill_block_rows(std::uint32_t head_dim, bool qjl);
+// Dynamic shared memory of that kernel instance; 0 when there is none.
+std::uint32_t prefill_smem_bytes(std::uint32_t head_dim, bool qjl);
+// Raises the kernel's dynamic shared-memory limit (host side, once per plan).
+cudaError_t prepare_prefill(std::uint32_t head_dim, bool qjl, bool split_p);
+// Resident blocks per multiprocessor (occupancy calculator; 0 when there is no kernel).
+int prefill_blocks_per_sm(std::uint32_t head_dim, bool qjl, bool split_p);
+// The fused prefill kernel on `stream`; grid (tiles, kv_heads · head_groups, batch).
+cudaError_t launch_prefill(const PrefillParams& p, cudaStream_t stream);
+
+}  // namespace kvcompact::cuda::tq::detail

@@ -1,0 +1,165 @@
+// Host side of CUDA chunked-prefill attention: plan_prefill (block shape over query tokens × GQA heads, kernel
+// instance and its shared-memory limit) and prefill_attention (argument checks, one launch through
+// tq_prefill.cu). Nothing is allocated per call, so a run can be captured in a CUDA graph.
+#include "kvcompact/cuda/tq_prefill.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "check.hpp"
+#include "prefill_params.hpp"
+
+namespace kvcompact::cuda::tq {
+
+namespace {
+constexpr std::uint64_t kMaxGridYZ = 65535;
+constexpr std::uint64_t kMaxGridX = 2147483647;
+}  // namespace
+
+bool prefill_supported(std::uint32_t head_dim, const kvcompact::tq::QuantConfig& config) {
+  const std::uint32_t cb = config.key_code_bits();
+  return detail::prefill_block_rows(head_dim, config.has_qjl()) != 0 && cb >= 1 && cb <= 5 &&
+         config.value_bits >= 2 && config.value_bits <= 4;
+}
+
+Result<PrefillPlan> plan_prefill(const LayerLayout& layout, const kvcompact::tq::QuantConfig& config,
+                                 std::uint32_t q_heads, std::uint32_t max_rows, std::uint32_t max_length,
+                                 int multiprocessors, PrefillPrecision precision) {
+  if (layout.kv_heads == 0 || q_heads == 0 || q_heads % layout.kv_heads != 0) {
+    return make_error(ErrorCode::InvalidArgument, "q_heads {} must be a positive multiple of kv_heads {}", q_heads,
+                      layout.kv_heads);
+  }
+  if (!prefill_supported(layout.head_dim, config)) {
+    return make_error(ErrorCode::Unsupported,
+                      "CUDA prefill attention has no kernel for head_dim {} with mode {} (head_dim 64/128/256, key "
+                      "code bits 1..5, value bits 2..4)",
+                      layout.head_dim, config.name());
+  }
+  if (precision != PrefillPrecision::HiLo && precision != PrefillPrecision::Fast) {
+    return make_error(ErrorCode::InvalidArgument, "unknown prefill precision {}", static_cast<int>(precision));
+  }
+  if (max_rows == 0) {
+    return make_error(ErrorCode::InvalidArgument, "max_rows must be at least 1 (a prefill chunk has rows)");
+  }
+  if (max_length > layout.capacity) {
+    return make_error(ErrorCode::OutOfRange, "max_length {} exceeds the layout capacity {}", max_length,
+                      layout.capacity);
+  }
+  if (max_rows > max_length) {
+    return make_error(ErrorCode::OutOfRange, "max_rows {} exceeds max_length {} (query rows need stored keys)",
+                      max_rows, max_length);
+  }
+  const bool qjl = config.has_qjl();
+  const std::uint32_t block_rows = detail::prefill_block_rows(layout.head_dim, qjl);
+  const std::uint32_t group = q_heads / layout.kv_heads;
+  PrefillPlan plan;
+  plan.layout = layout;
+  plan.config = config;
+  plan.precision = precision;
+  plan.q_heads = q_heads;
+  plan.max_rows = max_rows;
+  plan.max_length = max_length;
+  plan.block_rows = block_rows;
+  if (group <= block_rows) {
+    plan.heads_per_block = group;
+    plan.tokens_per_block = block_rows / group;
+    plan.head_groups = 1;
+  } else {
+    plan.heads_per_block = block_rows;
+    plan.tokens_per_block = 1;
+    plan.head_groups = (group + block_rows - 1) / block_rows;
+  }
+  const std::uint64_t tiles = (std::uint64_t{max_rows} + plan.tokens_per_block - 1) / plan.tokens_per_block;
+  const std::uint64_t grid_y = std::uint64_t{layout.kv_heads} * plan.head_groups;
+  if (tiles > kMaxGridX || grid_y > kMaxGridYZ) {
+    return make_error(ErrorCode::OutOfRange, "prefill grid ({}, {}) exceeds the CUDA limits", tiles, grid_y);
+  }
+  plan.tiles = static_cast<std::uint32_t>(tiles);
+  const bool split_p = precision == PrefillPrecision::HiLo;
+  KVC_CUDA_TRY(detail::prepare_prefill(layout.head_dim, qjl, split_p));
+  plan.blocks_per_sm = detail::prefill_blocks_per_sm(layout.head_dim, qjl, split_p);
+  (void)multiprocessors;
+  plan.workspace_bytes = 0;
+  return plan;
+}
+
+Status prefill_attention(const PrefillPlan& plan, const DeviceCodec& codec, const void* layer_data,
+                         const PrefillArgs& args, void* workspace, void* stream) {
+  const LayerLayout& layout = plan.layout;
+  if (plan.block_rows == 0 || plan.tiles == 0) {
+    return make_error(ErrorCode::InvalidArgument, "prefill_attention needs a plan from plan_prefill");
+  }
+  if (codec.head_dim() != layout.head_dim || codec.config().key_code_bits() != plan.config.key_code_bits() ||
+      codec.config().value_bits != plan.config.value_bits || codec.config().has_qjl() != plan.config.has_qjl()) {
+    return make_error(ErrorCode::Mismatch, "codec (head_dim {}, mode {}) does not match the plan (head_dim {}, mode {})",
+                      codec.head_dim(), codec.config().name(), layout.head_dim, plan.config.name());
+  }
+  if (args.batch > kMaxGridYZ) {
+    return make_error(ErrorCode::OutOfRange, "prefill batch of {} entries exceeds the limit {}", args.batch,
+                      kMaxGridYZ);
+  }
+  if (args.batch == 0) return ok_status();
+  if (layer_data == nullptr || args.queries == nullptr || args.output == nullptr || args.rows == nullptr ||
+      args.first_positions == nullptr || args.lengths == nullptr) {
+    return make_error(ErrorCode::InvalidArgument,
+                      "prefill_attention needs layer data, queries, output, rows, first_positions and lengths");
+  }
+  if (plan.workspace_bytes > 0 && workspace == nullptr) {
+    return make_error(ErrorCode::InvalidArgument, "prefill_attention needs a workspace of {} bytes",
+                      plan.workspace_bytes);
+  }
+  // cp.async copies 16-byte chunks relative to the layer's regions.
+  if (reinterpret_cast<std::uintptr_t>(layer_data) % 16 != 0) {
+    return make_error(ErrorCode::InvalidArgument, "layer data at {} is not 16-byte aligned",
+                      reinterpret_cast<std::uintptr_t>(layer_data));
+  }
+  if (layout.exact_window > 0 && args.window_begins == nullptr) {
+    return make_error(ErrorCode::InvalidArgument, "a layout with an exact window needs window_begins");
+  }
+  if (!std::isfinite(args.scale)) return make_error(ErrorCode::InvalidArgument, "scale {} is not finite", args.scale);
+  detail::PrefillParams p{};
+  p.layer = static_cast<const std::uint8_t*>(layer_data);
+  p.tables = static_cast<const detail::Tables*>(codec.tables());
+  p.queries = args.queries;
+  p.output = args.output;
+  p.sinks = args.sinks;
+  p.seqs = args.seqs;
+  p.first_positions = args.first_positions;
+  p.rows = args.rows;
+  p.lengths = args.lengths;
+  p.window_begins = layout.exact_window > 0 ? args.window_begins : nullptr;
+  p.key_codes = layout.key_codes_offset;
+  p.key_signs = layout.key_signs_offset;
+  p.key_norms = layout.key_norms_offset;
+  p.key_rho = layout.key_residual_norms_offset;
+  p.value_codes = layout.value_codes_offset;
+  p.value_norms = layout.value_norms_offset;
+  p.window_keys = layout.window_keys_offset;
+  p.window_values = layout.window_values_offset;
+  p.head_dim = layout.head_dim;
+  p.kv_heads = layout.kv_heads;
+  p.sequences = layout.sequences;
+  p.capacity = layout.capacity;
+  p.window = layout.exact_window;
+  p.q_heads = plan.q_heads;
+  p.group = plan.q_heads / layout.kv_heads;
+  p.heads_per_block = plan.heads_per_block;
+  p.tokens_per_block = plan.tokens_per_block;
+  p.head_groups = plan.head_groups;
+  p.tiles = plan.tiles;
+  p.batch = args.batch;
+  p.key_code_bits = plan.config.key_code_bits();
+  p.value_bits = plan.config.value_bits;
+  p.qjl = plan.config.has_qjl() ? 1u : 0u;
+  p.split_p = plan.precision == PrefillPrecision::HiLo ? 1u : 0u;
+  p.kc_bytes = layout.token.key_codes;
+  p.ks_bytes = layout.token.key_signs;
+  p.vc_bytes = layout.token.value_codes;
+  const float scale = args.scale != 0.0f ? args.scale : 1.0f / std::sqrt(static_cast<float>(layout.head_dim));
+  p.scale_log2 = scale * 1.4426950408889634f;
+  (void)workspace;
+  KVC_CUDA_TRY(detail::launch_prefill(p, static_cast<cudaStream_t>(stream)));
+  return ok_status();
+}
+
+}  // namespace kvcompact::cuda::tq
