@@ -1,5 +1,5 @@
-// Internal: the plain parameter struct of the TurboQuant encode kernel and its launcher. Included by the
-// kernel (.cu, no fmt) and by the host checks (tq_codec.cpp), which validate arguments and map CUDA errors.
+// Internal: the plain parameter struct of the TurboQuant encode kernels and their launcher. Included by the
+// kernels (.cu, no fmt) and by the host checks (tq_codec.cpp), which validate arguments and map CUDA errors.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -11,7 +11,11 @@
 
 namespace kvcompact::cuda::tq::detail {
 
+// General kernel: warps per block, one warp per (row, KV head, key-or-value) item.
 inline constexpr unsigned kEncodeWarps = 4;
+// Fast kernel (head_dim 64 / 128 / 256, 16-byte aligned inputs): warps per block; each warp encodes
+// 32·32/head_dim rows of one KV head and kind per step, head_dim/32 lanes per row (docs/cuda-encode.md).
+inline constexpr unsigned kEncodeFastWarps = 8;
 
 struct EncodeParams {
   std::uint8_t* layer;
@@ -21,13 +25,19 @@ struct EncodeParams {
   std::uint32_t* status;
   std::uint64_t key_codes_offset, key_signs_offset, key_norms_offset, key_residual_norms_offset;
   std::uint64_t value_codes_offset, value_norms_offset, window_keys_offset, window_values_offset;
+  std::uint32_t key_code_bits, value_bits;  // code bits per coordinate (config), for the launcher
   std::uint32_t key_code_bytes, sign_bytes, value_code_bytes;
-  std::uint32_t kv_heads, capacity, window;
+  std::uint32_t head_dim, kv_heads, capacity, window;
   std::uint32_t seq, position, rows;
   std::uint32_t dtype;  // 0 f32, 1 f16, 2 bf16
 };
 
-// blocks × kEncodeWarps warps, one warp per (row, KV head, key-or-value) item.
-cudaError_t launch_encode(const EncodeParams& p, unsigned blocks, std::size_t smem, cudaStream_t stream);
+// Which kernel launch_encode would pick (for diagnostics and tests).
+enum class EncodePath : std::uint32_t { General = 0, Fast = 1 };
+EncodePath encode_path(const EncodeParams& p);
+
+// Picks the fast kernel when encode_path says so, the general one otherwise; sizes the grid itself.
+// `force_general` runs the general kernel whatever the shape (tests compare the two).
+cudaError_t launch_encode(const EncodeParams& p, cudaStream_t stream, bool force_general = false);
 
 }  // namespace kvcompact::cuda::tq::detail

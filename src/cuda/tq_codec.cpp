@@ -1,6 +1,6 @@
 // DeviceCodec (one layer's tables on the device) and encode_append, the checked host side of the encode
-// kernel (tq_encode.cu): packed records byte-identical to LayerCodec::encode_key / encode_value up to the
-// float64 summation order of three norms (docs/cuda.md, "Encode").
+// kernels (tq_encode.cu): packed records byte-identical to LayerCodec::encode_key / encode_value up to the
+// float64 summation order of three norms (docs/cuda.md, "Encode"; docs/cuda-encode.md).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -141,9 +141,12 @@ Status encode_append(const LayerLayout& layout, const DeviceCodec& codec, void* 
   p.value_norms_offset = layout.value_norms_offset;
   p.window_keys_offset = layout.window_keys_offset;
   p.window_values_offset = layout.window_values_offset;
+  p.key_code_bits = codec.config().key_code_bits();
+  p.value_bits = codec.config().value_bits;
   p.key_code_bytes = layout.token.key_codes;
   p.sign_bytes = layout.token.key_signs;
   p.value_code_bytes = layout.token.value_codes;
+  p.head_dim = layout.head_dim;
   p.kv_heads = layout.kv_heads;
   p.capacity = layout.capacity;
   p.window = layout.exact_window;
@@ -152,10 +155,10 @@ Status encode_append(const LayerLayout& layout, const DeviceCodec& codec, void* 
   p.rows = request.rows;
   p.dtype = dtype;
   const std::uint64_t items = static_cast<std::uint64_t>(request.rows) * layout.kv_heads * 2u;
-  const std::uint64_t blocks = (items + kEncodeWarps - 1) / kEncodeWarps;
-  if (blocks > 0x7fffffffu) return make_error(ErrorCode::Overflow, "encode of {} items needs too many blocks", items);
-  const std::size_t smem = sizeof(float) * 2u * kEncodeWarps * layout.head_dim;
-  KVC_CUDA_TRY(detail::launch_encode(p, static_cast<unsigned>(blocks), smem, static_cast<cudaStream_t>(stream)));
+  if (detail::encode_path(p) == detail::EncodePath::General && (items + kEncodeWarps - 1) / kEncodeWarps > 0x7fffffffu) {
+    return make_error(ErrorCode::Overflow, "encode of {} items needs too many blocks", items);
+  }
+  KVC_CUDA_TRY(detail::launch_encode(p, static_cast<cudaStream_t>(stream)));
   return ok_status();
 }
 

@@ -1,6 +1,12 @@
-// The TurboQuant encode kernel: one warp per (row, KV head, key-or-value) item turns an f32 / bf16 / f16 row
-// into its packed record in the layer layout of tq::plan_layer_layout, with the same float operations as
-// LayerCodec::encode_key / encode_value (docs/cuda.md, "Encode"). Host-side checks are in tq_codec.cpp.
+// The TurboQuant encode kernels: f32 / bf16 / f16 rows -> packed records in the layer layout of
+// tq::plan_layer_layout, byte-identical to LayerCodec::encode_key / encode_value (docs/cuda.md, "Encode";
+// docs/cuda-encode.md describes the fast kernel). Host-side checks are in tq_codec.cpp.
+//
+// Fast kernel (head_dim 64, 128, 256; 16-byte aligned inputs): head_dim/32 lanes per row, 32 coordinates per
+// lane in registers, one warp = 32·32/head_dim consecutive positions of one KV head and kind. Butterflies are
+// register adds for strides inside a lane and __shfl_xor for strides across lanes; the division by the norm
+// is an error-bounded float-float product with an exact float64 fallback. General kernel (every other
+// head_dim): one warp per (row, KV head, key-or-value) item, the row in shared memory.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -10,11 +16,18 @@ namespace kvcompact::cuda::tq::detail {
 
 namespace {
 
+constexpr float kFloatMax = 3.40282346638528859812e38f;
 
 __device__ inline float load_input(const void* base, std::uint64_t index, std::uint32_t dtype) {
   if (dtype == 0) return static_cast<const float*>(base)[index];
   const std::uint16_t bits = static_cast<const std::uint16_t*>(base)[index];
-  if (dtype == 1) return __half2float(__ushort_as_half(bits));
+  if (dtype == 1) {
+    // NaN keeps its payload, as the CPU's f16_to_f32 does (the window ring stores the widened row).
+    if ((bits & 0x7c00u) == 0x7c00u && (bits & 0x3ffu) != 0) {
+      return __uint_as_float(((bits & 0x8000u) << 16) | 0x7fc00000u | ((bits & 0x3ffu) << 13));
+    }
+    return __half2float(__ushort_as_half(bits));
+  }
   return __uint_as_float(static_cast<std::uint32_t>(bits) << 16);
 }
 
@@ -29,7 +42,9 @@ __device__ inline std::uint32_t quantize(float y, const float* boundaries, std::
   return index;
 }
 
-// One warp encodes one (row, KV head, key-or-value) item; shared memory holds the rotated row and the residual.
+// ---------------------------------------------------------------------------------------------------------
+// General kernel: one warp encodes one (row, KV head, key-or-value) item; shared memory holds the rotated row
+// and the residual.
 __global__ void __launch_bounds__(kEncodeWarps * 32) encode_kernel(EncodeParams p) {
   extern __shared__ float smem[];
   const Tables& t = *p.tables;
@@ -66,7 +81,7 @@ __global__ void __launch_bounds__(kEncodeWarps * 32) encode_kernel(EncodeParams 
   }
   finite = __all_sync(0xffffffffu, finite);
   const double norm = sqrt(warp_sum(sum));
-  const bool overflow = finite && norm > static_cast<double>(3.4028234663852886e38);
+  const bool overflow = finite && norm > static_cast<double>(kFloatMax);
 
   const unsigned cbits = is_value ? t.value_bits : t.key_code_bits;
   const std::uint32_t code_bytes = is_value ? p.value_code_bytes : p.key_code_bytes;
@@ -107,22 +122,23 @@ __global__ void __launch_bounds__(kEncodeWarps * 32) encode_kernel(EncodeParams 
       const unsigned j = 8 * g + k;
       const std::uint32_t code = quantize(y[j], boundaries, levels);
       word |= static_cast<std::uint64_t>(code) << (k * cbits);
-      code_norm_sq += centroids64[code] * centroids64[code];
+      // c·c rounded to float64, then added (the CPU's two roundings; no FMA contraction).
+      code_norm_sq = __dadd_rn(code_norm_sq, __dmul_rn(centroids64[code], centroids64[code]));
       const float res = __fsub_rn(y[j], centroids[code]);
       r[j] = res;
-      residual_sq += static_cast<double>(res) * static_cast<double>(res);
+      residual_sq = __fma_rn(static_cast<double>(res), static_cast<double>(res), residual_sq);  // square exact
     }
     for (unsigned b = 0; b < cbits; ++b) codes[g * cbits + b] = static_cast<std::uint8_t>(word >> (8 * b));
   }
   code_norm_sq = warp_sum(code_norm_sq);
   if (lane == 0) {
     float stored = __double2float_rn(norm);
-    if (t.norm_correction) stored = __double2float_rn(__ddiv_rn(norm, sqrt(code_norm_sq)));
+    if (t.norm_correction) stored = __double2float_rn(__ddiv_rn(norm, __dsqrt_rn(code_norm_sq)));
     *norm_out = stored;
   }
   if (!qjl) return;
   residual_sq = warp_sum(residual_sq);
-  if (lane == 0) *rho_out = __half_as_ushort(__float2half_rn(__double2float_rn(sqrt(residual_sq))));
+  if (lane == 0) *rho_out = __half_as_ushort(__float2half_rn(__double2float_rn(__dsqrt_rn(residual_sq))));
   __syncwarp();
   warp_rotate_forward(r, t, t.qjl_signs, lane);
   for (unsigned g = lane; g < d / 8; g += 32) {
@@ -132,15 +148,551 @@ __global__ void __launch_bounds__(kEncodeWarps * 32) encode_kernel(EncodeParams 
   }
 }
 
+// ---------------------------------------------------------------------------------------------------------
+// Fast kernel.
+//
+// Lane t (of G = D/32 lanes per row) holds register m = 8i + k (i < 4, k < 8) = coordinate 8(G·i + t) + k:
+// four chunks of 8 consecutive coordinates, chunk c = G·i + t. A chunk is one 16-byte load of bf16 / f16
+// (two of f32), one code group (cb bytes at c·cb) and one sign byte. Butterfly stride 2^s is register
+// bit s for s < 3, lane bit s − 3 for s < 3 + log2 G, register bit s − log2 G otherwise.
+
+template <unsigned D>
+struct Fast {
+  static constexpr unsigned G = D / 32;        // lanes per row
+  static constexpr unsigned R = 32 / G;        // rows per warp step
+  static constexpr unsigned LG = G == 2 ? 1 : G == 4 ? 2 : 3;
+  static constexpr unsigned kStages = 5 + LG;  // log2 D
+};
+
+// Per-block tables in shared memory (both kinds: a warp's kind changes from step to step).
+struct FastTables {
+  double c2[2][32];        // RN(c_k · c_k) in float64 (the CPU's per-term rounding of Σ c²)
+  float boundaries[2][32];
+  float centroids[2][32];
+};
+
+constexpr unsigned kStageBytes = 128 * 5;  // R rows × D/8 chunks × ≤ 5 code bytes = 128·cb per warp step
+
+// y ← H·y on the lane-distributed row (no signs, no scale): the CPU's butterflies, same operands, same order.
+template <unsigned D>
+__device__ __forceinline__ void fast_butterflies(float (&y)[32], unsigned t) {
+  using F = Fast<D>;
+#pragma unroll
+  for (unsigned s = 0; s < F::kStages; ++s) {
+    if (s < 3 || s >= 3 + F::LG) {
+      const unsigned rs = s < 3 ? (1u << s) : (8u << (s - 3 - F::LG));
+#pragma unroll
+      for (unsigned m = 0; m < 32; ++m) {
+        if ((m & rs) == 0) {
+          const float a = y[m];
+          const float b = y[m | rs];
+          y[m] = __fadd_rn(a, b);
+          y[m | rs] = __fsub_rn(a, b);
+        }
+      }
+    } else {
+      // Partner lanes differ in bit u: the lower one holds a (coordinate j), the upper one c (j + stride).
+      // Lower: a + c = fma(+1, a, c); upper: a − c = fma(−1, c, a). One rounding each, as on the CPU.
+      const unsigned u = 1u << (s - 3);
+      const float sg = (t & u) ? -1.0f : 1.0f;
+#pragma unroll
+      for (unsigned m = 0; m < 32; ++m) {
+        const float partner = __shfl_xor_sync(0xffffffffu, y[m], u);
+        y[m] = __fmaf_rn(sg, y[m], partner);
+      }
+    }
+  }
+}
+
+// v · (±1): a sign flip, exact like the CPU's multiplication by ±1.0f.
+__device__ __forceinline__ float flip(float v, std::uint32_t mask, unsigned m) {
+  return __uint_as_float(__float_as_uint(v) ^ (((mask >> m) & 1u) << 31));
+}
+
+// The CPU's y = float(x / ‖x‖) in float64, out of line: only rare coordinates and rows take it.
+__device__ __noinline__ float divide_f64(float x, double norm) {
+  return __double2float_rn(__ddiv_rn(static_cast<double>(x), norm));
+}
+
+template <unsigned DT>
+struct RawOf {
+  static constexpr unsigned kVecs = DT == 0 ? 8 : 4;  // uint4 per lane per row
+};
+
+// Input value of register m (k = m % 8 within chunk i = m / 8), as float, no sign applied.
+template <unsigned DT>
+__device__ __forceinline__ float raw_value(const uint4 (&raw)[RawOf<DT>::kVecs], unsigned m) {
+  const unsigned i = m >> 3, k = m & 7u;
+  if constexpr (DT == 0) {
+    const uint4 v = raw[2 * i + (k >> 2)];
+    const unsigned w = (k & 3u) == 0 ? v.x : (k & 3u) == 1 ? v.y : (k & 3u) == 2 ? v.z : v.w;
+    return __uint_as_float(w);
+  } else {
+    const uint4 v = raw[i];
+    const unsigned q = k >> 1;
+    const unsigned w = q == 0 ? v.x : q == 1 ? v.y : q == 2 ? v.z : v.w;
+    const unsigned bits = (k & 1u) ? (w >> 16) : (w & 0xffffu);
+    if constexpr (DT == 1) return __half2float(__ushort_as_half(static_cast<unsigned short>(bits)));
+    return __uint_as_float(bits << 16);
+  }
+}
+
+// Stages of the per-warp input ring in shared memory: cp.async copies run two warp steps ahead of the math.
+constexpr unsigned kRingStages = 3;
+
+template <unsigned DT>
+constexpr std::size_t fast_ring_bytes() {
+  return std::size_t{kEncodeFastWarps} * kRingStages * RawOf<DT>::kVecs * 32u * 16u;
+}
+
+// Issues the copies of one warp step into `ring` (this lane's vectors at [v·32 + lane]: conflict-free reads),
+// zero-filled for rows past the end; then commits them as one group (possibly empty).
+template <unsigned D, unsigned DT>
+__device__ __forceinline__ void fast_issue(uint4* ring, const void* src, std::uint64_t row_index, unsigned t,
+                                           unsigned lane, bool valid) {
+  using F = Fast<D>;
+  const uint4* base = static_cast<const uint4*>(src);
+#pragma unroll
+  for (unsigned v = 0; v < RawOf<DT>::kVecs; ++v) {
+    // f32: chunk c = G·i + t is 8 floats = vectors 2c, 2c + 1 of the row; bf16 / f16: vector c.
+    const unsigned c = DT == 0 ? F::G * (v >> 1) + t : F::G * v + t;
+    const std::uint64_t index = DT == 0 ? row_index * (D / 4) + 2 * c + (v & 1u) : row_index * (D / 8) + c;
+    const uint4* gsrc = valid ? base + index : base;
+    const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(ring + v * 32 + lane));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gsrc), "r"(valid ? 16 : 0)
+                 : "memory");
+  }
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+// Copies `bytes` (a multiple of 8) from the warp's staging area to global memory (8-byte aligned).
+__device__ __forceinline__ void copy_out(std::uint8_t* dst, const std::uint8_t* stage, unsigned bytes, unsigned lane) {
+  if (((reinterpret_cast<std::uintptr_t>(dst) | bytes) & 15u) == 0) {
+    for (unsigned w = lane; w < bytes / 16; w += 32)
+      reinterpret_cast<uint4*>(dst)[w] = reinterpret_cast<const uint4*>(stage)[w];
+  } else {
+    for (unsigned w = lane; w < bytes / 8; w += 32)
+      reinterpret_cast<uint2*>(dst)[w] = reinterpret_cast<const uint2*>(stage)[w];
+  }
+}
+
+// Input value of register m with the rotation sign applied: the packed word XOR its pair mask (bit 15 / 31 =
+// sign of the lower / upper coordinate of the word, bf16 and f16), then widened exactly.
+template <unsigned DT>
+__device__ __forceinline__ float signed_value(const uint4 (&raw)[RawOf<DT>::kVecs], const uint4 (&pm)[4], unsigned m) {
+  const unsigned i = m >> 3, k = m & 7u, q = k >> 1;
+  const uint4 pv = pm[i];
+  const unsigned mask = q == 0 ? pv.x : q == 1 ? pv.y : q == 2 ? pv.z : pv.w;
+  if constexpr (DT == 0) {
+    const unsigned sbit = (k & 1u) ? (mask & 0x80000000u) : ((mask << 16) & 0x80000000u);
+    return __uint_as_float(__float_as_uint(raw_value<DT>(raw, m)) ^ sbit);
+  } else {
+    const uint4 v = raw[i];
+    const unsigned w = (q == 0 ? v.x : q == 1 ? v.y : q == 2 ? v.z : v.w) ^ mask;
+    if constexpr (DT == 1) {
+      return __half2float(__ushort_as_half(static_cast<unsigned short>((k & 1u) ? (w >> 16) : (w & 0xffffu))));
+    }
+    return __uint_as_float((k & 1u) ? (w & 0xffff0000u) : (w << 16));
+  }
+}
+
+// The window ring stores the input widened to f32; an f16 NaN keeps its payload as the CPU's f16_to_f32 does.
+template <unsigned DT>
+__device__ __forceinline__ float window_value(const uint4 (&raw)[RawOf<DT>::kVecs], unsigned m) {
+  if constexpr (DT == 1) {
+    const uint4 v = raw[m >> 3];
+    const unsigned q = (m & 7u) >> 1;
+    const unsigned w = q == 0 ? v.x : q == 1 ? v.y : q == 2 ? v.z : v.w;
+    const unsigned h = (m & 1u) ? (w >> 16) : (w & 0xffffu);
+    if ((h & 0x7c00u) == 0x7c00u && (h & 0x3ffu) != 0) {
+      return __uint_as_float(((h & 0x8000u) << 16) | 0x7fc00000u | ((h & 0x3ffu) << 13));
+    }
+  }
+  return raw_value<DT>(raw, m);
+}
+
+// Everything of one warp step after the main rotation, for code bits CB, norm correction NC and the QJL
+// residual: quantise (the CPU's binary search, its first two steps from registers), pack, Σc², the norm, the
+// residual and ρ, the QJL rotation and its sign bits; records are staged in shared memory and written with
+// wide stores. Templated so that the per-coordinate work has no branches.
+struct TailArgs {
+  const EncodeParams* p;
+  const float* bnd;
+  const float* cen;
+  const double* c2;
+  std::uint8_t* stage_codes;
+  std::uint8_t* stage_signs;
+  std::uint64_t slot0;
+  double norm;
+  float scale;
+  std::uint32_t qjl_mask;
+  unsigned lane, t, rr, rows_here, kind;
+  bool good, valid;
+};
+
+template <unsigned D, unsigned CB, bool NC, bool QJL>
+__device__ __forceinline__ void fast_tail(float (&y)[32], const TailArgs& a) {
+  using F = Fast<D>;
+  constexpr unsigned L = 1u << CB;
+  const float b_mid = a.bnd[L / 2 - 1];
+  const float b_lo = CB >= 2 ? a.bnd[L / 4 - 1] : 0.0f;
+  const float b_hi = CB >= 2 ? a.bnd[3 * L / 4 - 1] : 0.0f;
+  double code_sq = 0.0, res_sq = 0.0;
+  constexpr unsigned rec = (D / 8) * CB;
+  std::uint8_t* row_stage = a.stage_codes + a.rr * rec;
+  __syncwarp();  // the previous step's copy-out has read the staging area
+#pragma unroll
+  for (unsigned i = 0; i < 4; ++i) {
+    std::uint32_t half[2] = {0, 0};
+#pragma unroll
+    for (unsigned k = 0; k < 8; ++k) {
+      const unsigned m = 8 * i + k;
+      const float v = y[m];
+      const bool p1 = v >= b_mid;
+      std::uint32_t idx = p1 ? L / 2 : 0u;
+      if constexpr (CB >= 2) idx += (v >= (p1 ? b_hi : b_lo)) ? L / 4 : 0u;
+#pragma unroll
+      for (unsigned step = L / 8; step >= 1; step >>= 1) idx += (v >= a.bnd[idx + step - 1]) ? step : 0u;
+      half[k >> 2] |= idx << ((k & 3u) * CB);
+      if constexpr (NC) code_sq = __dadd_rn(code_sq, a.c2[idx]);
+      if constexpr (QJL) {
+        const float res = __fsub_rn(v, a.cen[idx]);
+        res_sq = __fma_rn(static_cast<double>(res), static_cast<double>(res), res_sq);  // square exact in f64
+        y[m] = res;
+      }
+    }
+    const std::uint64_t word = a.good ? (static_cast<std::uint64_t>(half[1]) << (4 * CB)) | half[0] : 0u;
+    std::uint8_t* dst = row_stage + (F::G * i + a.t) * CB;
+    if constexpr (CB == 4) {
+      *reinterpret_cast<std::uint32_t*>(dst) = static_cast<std::uint32_t>(word);
+    } else if constexpr (CB == 2) {
+      *reinterpret_cast<std::uint16_t*>(dst) = static_cast<std::uint16_t>(word);
+    } else {
+#pragma unroll
+      for (unsigned b = 0; b < CB; ++b) dst[b] = static_cast<std::uint8_t>(word >> (8 * b));
+    }
+  }
+  const EncodeParams& p = *a.p;
+  if constexpr (NC) {
+#pragma unroll
+    for (unsigned u = 1; u < F::G; u <<= 1) code_sq = __dadd_rn(code_sq, __shfl_xor_sync(0xffffffffu, code_sq, u));
+  }
+  if (a.valid && a.t == 0) {
+    float stored = a.good ? __double2float_rn(a.norm) : 0.0f;
+    if (NC && a.good) stored = __double2float_rn(__ddiv_rn(a.norm, __dsqrt_rn(code_sq)));
+    reinterpret_cast<float*>(p.layer + (a.kind ? p.value_norms_offset : p.key_norms_offset))[a.slot0 + a.rr] = stored;
+  }
+  __syncwarp();
+  copy_out(p.layer + (a.kind ? p.value_codes_offset : p.key_codes_offset) + a.slot0 * rec, a.stage_codes,
+           a.rows_here * rec, a.lane);
+  if constexpr (QJL) {
+#pragma unroll
+    for (unsigned u = 1; u < F::G; u <<= 1) res_sq = __dadd_rn(res_sq, __shfl_xor_sync(0xffffffffu, res_sq, u));
+    if (a.valid && a.t == 0) {
+      const std::uint16_t rho =
+          a.good ? __half_as_ushort(__float2half_rn(__double2float_rn(__dsqrt_rn(res_sq)))) : std::uint16_t{0};
+      reinterpret_cast<std::uint16_t*>(p.layer + p.key_residual_norms_offset)[a.slot0 + a.rr] = rho;
+    }
+#pragma unroll
+    for (unsigned m = 0; m < 32; ++m) y[m] = flip(y[m], a.qjl_mask, m);
+    fast_butterflies<D>(y, a.t);
+#pragma unroll
+    for (unsigned i = 0; i < 4; ++i) {
+      std::uint32_t byte = 0;
+#pragma unroll
+      for (unsigned k = 0; k < 8; ++k) byte |= (__fmul_rn(y[8 * i + k], a.scale) >= 0.0f ? 1u : 0u) << k;
+      a.stage_signs[a.rr * (D / 8) + F::G * i + a.t] = static_cast<std::uint8_t>(a.good ? byte : 0u);
+    }
+    __syncwarp();
+    copy_out(p.layer + p.key_signs_offset + a.slot0 * (D / 8), a.stage_signs, a.rows_here * (D / 8), a.lane);
+  }
+}
+
+template <unsigned D>
+__device__ __forceinline__ void fast_tail_dispatch(float (&y)[32], const TailArgs& a, unsigned cb, bool nc, bool qjl) {
+  if (qjl) {
+    switch (cb) {
+      case 1: fast_tail<D, 1, false, true>(y, a); break;
+      case 2: fast_tail<D, 2, false, true>(y, a); break;
+      case 3: fast_tail<D, 3, false, true>(y, a); break;
+      default: fast_tail<D, 4, false, true>(y, a); break;
+    }
+  } else if (nc) {
+    switch (cb) {
+      case 2: fast_tail<D, 2, true, false>(y, a); break;
+      case 3: fast_tail<D, 3, true, false>(y, a); break;
+      case 4: fast_tail<D, 4, true, false>(y, a); break;
+      default: fast_tail<D, 5, true, false>(y, a); break;
+    }
+  } else {
+    switch (cb) {
+      case 2: fast_tail<D, 2, false, false>(y, a); break;
+      case 3: fast_tail<D, 3, false, false>(y, a); break;
+      case 4: fast_tail<D, 4, false, false>(y, a); break;
+      default: fast_tail<D, 5, false, false>(y, a); break;
+    }
+  }
+}
+
+template <unsigned D, unsigned DT>
+__global__ void __launch_bounds__(kEncodeFastWarps * 32, 2) encode_fast_kernel(EncodeParams p) {
+  using F = Fast<D>;
+  __shared__ FastTables tab;
+  __shared__ __align__(16) std::uint8_t stage_codes[kEncodeFastWarps][kStageBytes];
+  __shared__ __align__(16) std::uint8_t stage_signs[kEncodeFastWarps][128];
+  __shared__ uint4 pair_masks[4][kEncodeFastWarps * 32];  // [i][thread]: main-rotation sign pairs of chunk i
+  const Tables& gt = *p.tables;
+  for (unsigned i = threadIdx.x; i < 32; i += blockDim.x) {
+    const double ck = gt.key_centroids_f64[i], cv = gt.value_centroids_f64[i];
+    tab.c2[0][i] = __dmul_rn(ck, ck);
+    tab.c2[1][i] = __dmul_rn(cv, cv);
+    tab.boundaries[0][i] = gt.key_boundaries[i];
+    tab.boundaries[1][i] = gt.value_boundaries[i];
+    tab.centroids[0][i] = gt.key_centroids[i];
+    tab.centroids[1][i] = gt.value_centroids[i];
+  }
+  const unsigned lane = threadIdx.x & 31u;
+  const unsigned warp = threadIdx.x >> 5;
+  const unsigned t = lane % F::G;   // lane within the row
+  const unsigned rr = lane / F::G;  // row within the warp step
+  // QJL sign mask: bit m = the coordinate held in register m has sign −1. Main signs as packed-word masks.
+  std::uint32_t qjl_mask = 0;
+#pragma unroll
+  for (unsigned i = 0; i < 4; ++i) {
+    unsigned w[4];
+#pragma unroll
+    for (unsigned q = 0; q < 4; ++q) {
+      const unsigned e = 8 * (F::G * i + t) + 2 * q;
+      w[q] = (gt.main_signs[e] < 0.0f ? 0x8000u : 0u) | (gt.main_signs[e + 1] < 0.0f ? 0x80000000u : 0u);
+    }
+    pair_masks[i][threadIdx.x] = make_uint4(w[0], w[1], w[2], w[3]);
+#pragma unroll
+    for (unsigned k = 0; k < 8; ++k) qjl_mask |= (gt.qjl_signs[8 * (F::G * i + t) + k] < 0.0f ? 1u : 0u) << (8 * i + k);
+  }
+  const float scale = gt.block_scale[0];
+  const std::uint32_t key_bits = gt.key_code_bits, value_bits = gt.value_bits;
+  const bool has_qjl = gt.has_qjl != 0, norm_correction = gt.norm_correction != 0;
+  __syncthreads();
+
+  const std::uint32_t H = p.kv_heads;
+  const std::uint32_t pblocks = (p.rows + F::R - 1) / F::R;
+  const std::uint32_t total = pblocks * 2u * H;  // launcher guarantees < 2^31
+  const std::uint32_t stride = gridDim.x * kEncodeFastWarps;
+  std::uint32_t g = blockIdx.x * kEncodeFastWarps + warp;
+
+  // step g -> (position block, kind, head): neighbouring warps read neighbouring heads of the same rows.
+  auto locate = [&](std::uint32_t gg, std::uint32_t& pb, std::uint32_t& kind, std::uint32_t& head) {
+    pb = gg / (2u * H);
+    const std::uint32_t rem = gg - pb * 2u * H;
+    kind = rem >= H ? 1u : 0u;
+    head = rem - kind * H;
+  };
+
+  extern __shared__ uint4 ring_all[];
+  uint4* const ring = ring_all + warp * kRingStages * RawOf<DT>::kVecs * 32u;
+  auto issue = [&](std::uint32_t gg, unsigned stage) {
+    std::uint32_t pb = 0, kind = 0, head = 0;
+    if (gg < total) locate(gg, pb, kind, head);
+    const std::uint32_t row = pb * F::R + rr;
+    fast_issue<D, DT>(ring + stage * RawOf<DT>::kVecs * 32u, kind ? p.values : p.keys,
+                      static_cast<std::uint64_t>(row) * H + head, t, lane, gg < total && row < p.rows);
+  };
+  issue(g, 0);
+  issue(g + stride, 1);
+  unsigned stage = 0;
+  for (; g < total; g += stride, stage = stage == kRingStages - 1 ? 0 : stage + 1) {
+    // Opaque to the compiler: stops it hoisting 32 per-register sign words out of the loop (and spilling them).
+    asm volatile("" : "+r"(qjl_mask));
+    std::uint32_t pb, kind, head;
+    locate(g, pb, kind, head);
+    const std::uint32_t row = pb * F::R + rr;
+    const bool valid = row < p.rows;
+    const std::uint32_t rows_here = min(F::R, p.rows - pb * F::R);
+
+    // Two steps ahead into the stage freed by the previous step; then this step's copies (issued two groups
+    // ago) are complete. Each lane reads back only what it copied itself, so no barrier is needed.
+    issue(g + 2 * stride, stage == 0 ? kRingStages - 1 : stage - 1);
+    asm volatile("cp.async.wait_group 2;\n" ::: "memory");
+    const uint4* cur = ring + stage * RawOf<DT>::kVecs * 32u;
+    uint4 raw[RawOf<DT>::kVecs];
+#pragma unroll
+    for (unsigned v = 0; v < RawOf<DT>::kVecs; ++v) raw[v] = cur[v * 32 + lane];
+    uint4 pm[4];
+#pragma unroll
+    for (unsigned i = 0; i < 4; ++i) pm[i] = pair_masks[i][threadIdx.x];
+
+    const std::uint32_t position = p.position + row;
+    const std::uint64_t slot0 =
+        (static_cast<std::uint64_t>(p.seq) * H + head) * p.capacity + p.position + pb * F::R;
+
+    // Exact window: the f32 row to ring slot position mod W (only the last W rows of the append).
+    if (p.window > 0 && valid && row + p.window >= p.rows) {
+      const std::uint64_t wrow = (static_cast<std::uint64_t>(p.seq) * H + head) * p.window + position % p.window;
+      float4* dst = reinterpret_cast<float4*>(p.layer + (kind ? p.window_values_offset : p.window_keys_offset)) +
+                    wrow * (D / 4);
+#pragma unroll
+      for (unsigned i = 0; i < 4; ++i) {
+        const unsigned c = F::G * i + t;
+        float v[8];
+#pragma unroll
+        for (unsigned k = 0; k < 8; ++k) v[k] = window_value<DT>(raw, 8 * i + k);
+        dst[2 * c] = make_float4(v[0], v[1], v[2], v[3]);
+        dst[2 * c + 1] = make_float4(v[4], v[5], v[6], v[7]);
+      }
+    }
+
+    // x·signs (exact) and the lane's part of Σx² in float64 (squares of floats are exact in float64).
+    float y[32];
+    double sum = 0.0;
+#pragma unroll
+    for (unsigned m = 0; m < 32; ++m) {
+      const float x = signed_value<DT>(raw, pm, m);
+      y[m] = x;
+      sum = __fma_rn(static_cast<double>(x), static_cast<double>(x), sum);
+    }
+#pragma unroll
+    for (unsigned u = 1; u < F::G; u <<= 1) sum = __dadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, u));
+    // Non-finite input makes Σx² inf or NaN; finite floats cannot overflow it (1024 · 3.4e38² < 1.8e308).
+    const bool finite = sum <= 1.79769313486231570815e308;
+    const double norm = __dsqrt_rn(sum);
+    const bool overflow = finite && norm > static_cast<double>(kFloatMax);
+    const bool good = finite && !overflow && norm != 0.0;
+    if (valid && t == 0 && p.status != nullptr && (!finite || overflow)) atomicOr(p.status, !finite ? 1u : 2u);
+
+    // y = float(x / ‖x‖) (float64 division on the CPU). Fast form: x·(r_hi + r_lo) with r = RN(1/‖x‖) as a
+    // float-float; yA, yB round the estimate ± δ (δ = 2⁻⁴²|p| > its error bound 2⁻⁴⁵·⁴|q|): when they agree, no
+    // float rounding boundary lies near x/‖x‖, so both roundings of the CPU give yA (docs/cuda-encode.md).
+    if (good && norm >= 0x1p-60 && norm <= 0x1p60) {
+      const double rcp = __drcp_rn(norm);
+      const float rh = __double2float_rn(rcp);
+      const float rl = __double2float_rn(__dsub_rn(rcp, static_cast<double>(rh)));
+      bool slow = false;
+#pragma unroll
+      for (unsigned m = 0; m < 32; ++m) {
+        const float x = y[m];
+        const float pr = __fmul_rn(x, rh);
+        const float er = __fmaf_rn(x, rh, -pr);
+        const float tt = __fmaf_rn(x, rl, er);
+        const float dl = __fmul_rn(fabsf(pr), 0x1p-42f);
+        const float ya = __fadd_rn(pr, __fadd_rn(tt, dl));
+        const float yb = __fadd_rn(pr, __fsub_rn(tt, dl));
+        slow = slow || (ya != yb) || (fabsf(pr) < 0x1p-100f && x != 0.0f);
+        y[m] = ya;
+      }
+      if (slow) {
+        // Rare (≈ 2⁻¹⁷ per coordinate, and tiny coordinates): redo the flagged ones with the float64 division.
+#pragma unroll
+        for (unsigned v = 0; v < RawOf<DT>::kVecs; ++v) raw[v] = cur[v * 32 + lane];
+#pragma unroll
+        for (unsigned i = 0; i < 4; ++i) pm[i] = pair_masks[i][threadIdx.x];
+#pragma unroll
+        for (unsigned m = 0; m < 32; ++m) {
+          const float x = signed_value<DT>(raw, pm, m);
+          const float pr = __fmul_rn(x, rh);
+          const float er = __fmaf_rn(x, rh, -pr);
+          const float tt = __fmaf_rn(x, rl, er);
+          const float dl = __fmul_rn(fabsf(pr), 0x1p-42f);
+          const float ya = __fadd_rn(pr, __fadd_rn(tt, dl));
+          const float yb = __fadd_rn(pr, __fsub_rn(tt, dl));
+          if ((ya != yb) || (fabsf(pr) < 0x1p-100f && x != 0.0f)) y[m] = divide_f64(x, norm);
+        }
+      }
+    } else if (good) {
+#pragma unroll
+      for (unsigned m = 0; m < 32; ++m) y[m] = divide_f64(y[m], norm);
+    } else {
+#pragma unroll
+      for (unsigned m = 0; m < 32; ++m) y[m] = 0.0f;
+    }
+
+    fast_butterflies<D>(y, t);
+#pragma unroll
+    for (unsigned m = 0; m < 32; ++m) y[m] = __fmul_rn(y[m], scale);
+
+    TailArgs a;
+    a.p = &p;
+    a.bnd = tab.boundaries[kind];
+    a.cen = tab.centroids[kind];
+    a.c2 = tab.c2[kind];
+    a.stage_codes = stage_codes[warp];
+    a.stage_signs = stage_signs[warp];
+    a.slot0 = slot0;
+    a.norm = norm;
+    a.scale = scale;
+    a.qjl_mask = qjl_mask;
+    a.lane = lane;
+    a.t = t;
+    a.rr = rr;
+    a.rows_here = rows_here;
+    a.kind = kind;
+    a.good = good;
+    a.valid = valid;
+    fast_tail_dispatch<D>(y, a, kind ? value_bits : key_bits, norm_correction, kind == 0 && has_qjl);
+  }
+  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+}
+
+template <unsigned D, unsigned DT>
+cudaError_t launch_fast(const EncodeParams& p, std::uint32_t total, cudaStream_t stream) {
+  int device = 0, sms = 0, per_sm = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  if (err == cudaSuccess) {
+    err = cudaFuncSetAttribute(encode_fast_kernel<D, DT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               static_cast<int>(fast_ring_bytes<DT>()));
+  }
+  if (err == cudaSuccess) {
+    err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, encode_fast_kernel<D, DT>, kEncodeFastWarps * 32,
+                                                        fast_ring_bytes<DT>());
+  }
+  if (err != cudaSuccess) return err;
+  const std::uint32_t wanted = (total + kEncodeFastWarps - 1) / kEncodeFastWarps;
+  const std::uint32_t resident = static_cast<std::uint32_t>(sms > 0 ? sms : 1) * static_cast<std::uint32_t>(per_sm > 0 ? per_sm : 1);
+  const std::uint32_t blocks = wanted < resident ? wanted : resident;
+  encode_fast_kernel<D, DT><<<blocks, kEncodeFastWarps * 32, fast_ring_bytes<DT>(), stream>>>(p);
+  return cudaGetLastError();
+}
+
+template <unsigned D>
+cudaError_t launch_fast_dtype(const EncodeParams& p, std::uint32_t total, cudaStream_t stream) {
+  if (p.dtype == 0) return launch_fast<D, 0>(p, total, stream);
+  if (p.dtype == 1) return launch_fast<D, 1>(p, total, stream);
+  return launch_fast<D, 2>(p, total, stream);
+}
+
+std::uint64_t fast_steps(const EncodeParams& p) {
+  const std::uint64_t rows_per_step = 1024u / p.head_dim;
+  return (p.rows + rows_per_step - 1) / rows_per_step * 2u * p.kv_heads;
+}
+
 }  // namespace
 
-cudaError_t launch_encode(const EncodeParams& p, unsigned blocks, std::size_t smem, cudaStream_t stream) {
+EncodePath encode_path(const EncodeParams& p) {
+  const bool dim = p.head_dim == 64 || p.head_dim == 128 || p.head_dim == 256;
+  const bool aligned = ((reinterpret_cast<std::uintptr_t>(p.keys) | reinterpret_cast<std::uintptr_t>(p.values) |
+                         reinterpret_cast<std::uintptr_t>(p.layer)) & 15u) == 0;
+  const bool bits = p.key_code_bits >= 1 && p.key_code_bits <= 5 && p.value_bits >= 1 && p.value_bits <= 5;
+  return dim && aligned && bits && p.dtype <= 2 && fast_steps(p) < (1ull << 31) ? EncodePath::Fast : EncodePath::General;
+}
+
+cudaError_t launch_encode(const EncodeParams& p, cudaStream_t stream, bool force_general) {
+  if (p.rows == 0) return cudaSuccess;
+  if (!force_general && encode_path(p) == EncodePath::Fast) {
+    const auto total = static_cast<std::uint32_t>(fast_steps(p));
+    if (p.head_dim == 64) return launch_fast_dtype<64>(p, total, stream);
+    if (p.head_dim == 128) return launch_fast_dtype<128>(p, total, stream);
+    return launch_fast_dtype<256>(p, total, stream);
+  }
+  const std::uint64_t items = static_cast<std::uint64_t>(p.rows) * p.kv_heads * 2u;
+  const std::uint64_t blocks = (items + kEncodeWarps - 1) / kEncodeWarps;
+  if (blocks > 0x7fffffffu) return cudaErrorInvalidValue;
+  const std::size_t smem = sizeof(float) * 2u * kEncodeWarps * p.head_dim;
   if (smem > 48u * 1024u) {
     const cudaError_t err =
         cudaFuncSetAttribute(encode_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
     if (err != cudaSuccess) return err;
   }
-  encode_kernel<<<blocks, kEncodeWarps * 32, smem, stream>>>(p);
+  encode_kernel<<<static_cast<unsigned>(blocks), kEncodeWarps * 32, smem, stream>>>(p);
   return cudaGetLastError();
 }
 
