@@ -287,24 +287,28 @@ __global__ void __launch_bounds__(kThreads, D <= 128 ? 5 : 1) decode_kernel(Deco
     return;
   }
 
-  // Lookup tables from packed code groups to fp16 centroids (low half = lower coordinate). Keys: a lane's
-  // 4 consecutive coordinates (CB ≤ 2) or a pair; signs: 4 bits -> four ±1 (one 64-bit lookup: fewer
-  // instructions than decoding the bits with ALU operations); values: a pair of coordinates.
+  // Lookup tables from packed code groups to fp16 centroids (low half = lower coordinate) for 3- to 5-bit
+  // codes (2-bit codes use register tables, dequant2): a pair of coordinates (3 bits) or one (4, 5 bits);
+  // signs: 4 bits -> four ±1 (one 64-bit lookup: fewer instructions than decoding the bits with ALU operations).
   {
     constexpr unsigned km = (1u << CB) - 1u, vm = (1u << VB) - 1u;
     constexpr unsigned nk = S::pair_keys ? (1u << (2 * CB)) : (1u << CB);
     constexpr unsigned nv = S::pair_values ? (1u << (2 * VB)) : (1u << VB);
-    for (unsigned i = tid; i < (S::lut_k != 0 ? nk * 32 : 0u); i += kThreads) {
-      const unsigned e = i >> 5;
-      const float a = t.key_lut_scale;
-      lut_k[i] = S::pair_keys ? pack_half2(a * t.key_centroids[e & km], a * t.key_centroids[e >> CB])
-                              : pack_half2(a * t.key_centroids[e], 0.0f);
+    if constexpr (S::lut_k != 0) {
+      for (unsigned i = tid; i < nk * 32; i += kThreads) {
+        const unsigned e = i >> 5;
+        const float a = t.key_lut_scale;
+        lut_k[i] = S::pair_keys ? pack_half2(a * t.key_centroids[e & km], a * t.key_centroids[e >> CB])
+                                : pack_half2(a * t.key_centroids[e], 0.0f);
+      }
     }
-    for (unsigned i = tid; i < (S::lut_v != 0 ? nv * 32 : 0u); i += kThreads) {
-      const unsigned e = i >> 5;
-      const float a = t.value_lut_scale;
-      lut_v[i] = S::pair_values ? pack_half2(a * t.value_centroids[e & vm], a * t.value_centroids[e >> VB])
-                                : pack_half2(a * t.value_centroids[e], 0.0f);
+    if constexpr (S::lut_v != 0) {
+      for (unsigned i = tid; i < nv * 32; i += kThreads) {
+        const unsigned e = i >> 5;
+        const float a = t.value_lut_scale;
+        lut_v[i] = S::pair_values ? pack_half2(a * t.value_centroids[e & vm], a * t.value_centroids[e >> VB])
+                                  : pack_half2(a * t.value_centroids[e], 0.0f);
+      }
     }
   }
 
