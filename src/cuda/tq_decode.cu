@@ -142,6 +142,51 @@ __device__ __forceinline__ T lds_at(const void* base, std::uint32_t byte_offset)
 }
 constexpr unsigned round16(unsigned x) { return (x + 15u) & ~15u; }
 
+// 2-bit codes are dequantised from registers, not shared memory: the four fp16 centroids' low bytes in one
+// register and high bytes in another. From a word of sixteen codes (code i at bits 2i),
+// n = (w >> 2j) & 0x33333333 holds codes j, j + 2, ..., j + 14 in its nibbles; a byte permute of each table by
+// n's low four nibbles gives four low / high bytes, and a third permute interleaves two of them into a half2:
+// (j, j + 2) or (j + 4, j + 6) (then n >> 16 for j + 8 ... j + 14). That fixes the coordinate order of
+// key_coord / value_first below.
+__device__ __forceinline__ void byte_tables(const float* centroids, float alpha, std::uint32_t& lo, std::uint32_t& hi) {
+  lo = hi = 0;
+  for (unsigned e = 0; e < 4; ++e) {
+    const std::uint32_t h = __half_as_ushort(__float2half_rn(alpha * centroids[e]));
+    lo |= (h & 0xFFu) << (8 * e);
+    hi |= (h >> 8) << (8 * e);
+  }
+}
+// Nibble selector of codes j + 2i (i = 0..3), from the low (upper = false) or high eight codes of the word.
+__device__ __forceinline__ std::uint32_t nibble_codes(std::uint32_t w, unsigned j, bool upper) {
+  const std::uint32_t n = (w >> (2 * j)) & 0x33333333u;
+  return upper ? n >> 16 : n;
+}
+// half2 of the codes in nibbles 0, 1 (second = false) or 2, 3 (second = true) of the selector.
+__device__ __forceinline__ std::uint32_t dequant2(std::uint32_t sel, bool second, std::uint32_t lo, std::uint32_t hi) {
+  const std::uint32_t l = __byte_perm(lo, lo, sel), h = __byte_perm(hi, hi, sel);
+  return __byte_perm(l, h, second ? 0x7362 : 0x5140);
+}
+// Coordinate (inside a lane's key slice) of slot e ∈ {0, 1, 2, 3} of k-step kk of the score MMA: slots 0, 1 are
+// the A fragment's a0 / a1 half2 and slots 2, 3 its a2 / a3. Any permutation works when the query's B fragment
+// uses the same one; it is chosen so that a lane's codes over all k-steps are one contiguous slice and, for
+// 2-bit codes, so that dequant2 yields the half2s directly (k-step 4w + r: j = r / 2, upper = r odd).
+template <int CB>
+__host__ __device__ constexpr unsigned key_coord(unsigned kk, unsigned e) {
+  return CB == 2 ? 16 * (kk / 4) + (kk % 4) / 2 + 8 * (kk % 2) + 2 * e : 4 * kk + e;
+}
+// Coordinates (inside a lane group's value slice) of rows g (first) and g + 8 (first + 4 or + 1) of output
+// block jb of the P·V MMA.
+// 2-bit values: block jb of a word's sixteen codes (w = jb / 8) uses j = (jb % 8) / 4 and pair q = jb % 4 of
+// the nibble selector; a slice of eight codes (d = 64) uses j = jb / 2, q = jb % 2.
+template <int D, int VB>
+__host__ __device__ constexpr unsigned value_first(unsigned jb) {
+  return VB != 2 ? 2 * jb : (D / 8 >= 16 ? 16 * (jb / 8) + (jb % 8) / 4 + 4 * (jb % 4) : jb / 2 + 4 * (jb % 2));
+}
+template <int VB>
+__host__ __device__ constexpr unsigned value_second_offset() {
+  return VB == 2 ? 2u : 1u;
+}
+
 template <int D, int CB, int VB>
 struct Shape {
   static constexpr unsigned kc_bpt = D * CB / 8, ks_bpt = D / 8, vc_bpt = D * VB / 8;
@@ -162,8 +207,10 @@ struct Shape {
   // indices across a warp is one shared-memory wavefront. Narrow codes look a pair of coordinates up at once
   // (2^(2b) entries); 4- and 5-bit codes look single coordinates up and pair them with a byte permute.
   static constexpr bool pair_keys = CB <= 3, pair_values = VB <= 3;
-  static constexpr unsigned lut_k = (pair_keys ? (1u << (2 * CB)) : (1u << CB)) * 128u;
-  static constexpr unsigned lut_v = (pair_values ? (1u << (2 * VB)) : (1u << VB)) * 128u, lut_s = 16 * 8;
+  // 2-bit codes need no table in shared memory (dequant2 reads register tables).
+  static constexpr unsigned lut_k = CB == 2 ? 0u : (pair_keys ? (1u << (2 * CB)) : (1u << CB)) * 128u;
+  static constexpr unsigned lut_v = VB == 2 ? 0u : (pair_values ? (1u << (2 * VB)) : (1u << VB)) * 128u;
+  static constexpr unsigned lut_s = 16 * 8;
   static constexpr unsigned qfrag = (D / 16) * 32 * 32, qscale = kGroup * 2 * 4;
   static constexpr unsigned bars = 8 * kStages;  // one mbarrier per stage (offset is a multiple of 16)
   static constexpr unsigned tables = lut_k + lut_v + lut_s + qfrag + qscale + bars;
@@ -214,6 +261,9 @@ __global__ void __launch_bounds__(kThreads, D <= 128 ? 5 : 1) decode_kernel(Deco
   const unsigned tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5;
   const unsigned g = lane >> 2, c = lane & 3u;
   const std::uint32_t lane4 = 4u * lane;  // a lane's byte offset inside every lane-replicated table entry
+  std::uint32_t ktl = 0, kth = 0, vtl = 0, vth = 0;  // 2-bit codes: centroid byte tables (dequant2)
+  if constexpr (CB == 2) byte_tables(p.tables->key_centroids, p.tables->key_lut_scale, ktl, kth);
+  if constexpr (VB == 2) byte_tables(p.tables->value_centroids, p.tables->value_lut_scale, vtl, vth);
   const std::uint32_t seq = blockIdx.z;
   const std::uint32_t kvh = blockIdx.y / p.head_groups;
   const std::uint32_t hg = blockIdx.y % p.head_groups;
@@ -237,24 +287,28 @@ __global__ void __launch_bounds__(kThreads, D <= 128 ? 5 : 1) decode_kernel(Deco
     return;
   }
 
-  // Lookup tables from packed code groups to fp16 centroids (low half = lower coordinate). Keys: a lane's
-  // 4 consecutive coordinates (CB ≤ 2) or a pair; signs: 4 bits -> four ±1 (one 64-bit lookup: fewer
-  // instructions than decoding the bits with ALU operations); values: a pair of coordinates.
+  // Lookup tables from packed code groups to fp16 centroids (low half = lower coordinate) for 3- to 5-bit
+  // codes (2-bit codes use register tables, dequant2): a pair of coordinates (3 bits) or one (4, 5 bits);
+  // signs: 4 bits -> four ±1 (one 64-bit lookup: fewer instructions than decoding the bits with ALU operations).
   {
     constexpr unsigned km = (1u << CB) - 1u, vm = (1u << VB) - 1u;
     constexpr unsigned nk = S::pair_keys ? (1u << (2 * CB)) : (1u << CB);
     constexpr unsigned nv = S::pair_values ? (1u << (2 * VB)) : (1u << VB);
-    for (unsigned i = tid; i < nk * 32; i += kThreads) {
-      const unsigned e = i >> 5;
-      const float a = t.key_lut_scale;
-      lut_k[i] = S::pair_keys ? pack_half2(a * t.key_centroids[e & km], a * t.key_centroids[e >> CB])
-                              : pack_half2(a * t.key_centroids[e], 0.0f);
+    if constexpr (S::lut_k != 0) {
+      for (unsigned i = tid; i < nk * 32; i += kThreads) {
+        const unsigned e = i >> 5;
+        const float a = t.key_lut_scale;
+        lut_k[i] = S::pair_keys ? pack_half2(a * t.key_centroids[e & km], a * t.key_centroids[e >> CB])
+                                : pack_half2(a * t.key_centroids[e], 0.0f);
+      }
     }
-    for (unsigned i = tid; i < nv * 32; i += kThreads) {
-      const unsigned e = i >> 5;
-      const float a = t.value_lut_scale;
-      lut_v[i] = S::pair_values ? pack_half2(a * t.value_centroids[e & vm], a * t.value_centroids[e >> VB])
-                                : pack_half2(a * t.value_centroids[e], 0.0f);
+    if constexpr (S::lut_v != 0) {
+      for (unsigned i = tid; i < nv * 32; i += kThreads) {
+        const unsigned e = i >> 5;
+        const float a = t.value_lut_scale;
+        lut_v[i] = S::pair_values ? pack_half2(a * t.value_centroids[e & vm], a * t.value_centroids[e >> VB])
+                                  : pack_half2(a * t.value_centroids[e], 0.0f);
+      }
     }
   }
 
@@ -309,8 +363,11 @@ __global__ void __launch_bounds__(kThreads, D <= 128 ? 5 : 1) decode_kernel(Deco
         // Lane (g, c) of k-step kk holds coordinates c·D/4 + 4kk .. +3 (the keys' A fragments use the same
         // order: any permutation of the reduction index works when both operands share it), so the codes a
         // lane needs from one token row over all k-steps are one contiguous slice.
-        const float* row = (which == 0 ? qrot : qjlb) + hg8 * D + cc * (D / 4) + 4 * kk;
-        const float x0 = row[0], x1 = row[1], x8 = row[2], x9 = row[3];
+        const float* row = (which == 0 ? qrot : qjlb) + hg8 * D + cc * (D / 4);
+        // The code part follows key_coord; the QJL part keeps 4kk + e (its signs come from a 16-entry table).
+        const unsigned e0 = which == 0 ? key_coord<CB>(kk, 0) : 4 * kk, e1 = which == 0 ? key_coord<CB>(kk, 1) : 4 * kk + 1;
+        const unsigned e2 = which == 0 ? key_coord<CB>(kk, 2) : 4 * kk + 2, e3 = which == 0 ? key_coord<CB>(kk, 3) : 4 * kk + 3;
+        const float x0 = row[e0], x1 = row[e1], x8 = row[e2], x9 = row[e3];
         const __half2 h01 = __floats2half2_rn(x0, x1), h89 = __floats2half2_rn(x8, x9);
         const float2 f01 = __half22float2(h01), f89 = __half22float2(h89);
         uint4 v;
@@ -366,7 +423,10 @@ __global__ void __launch_bounds__(kThreads, D <= 128 ? 5 : 1) decode_kernel(Deco
   float acc[D / 16][4];
 #pragma unroll
   for (int jb = 0; jb < D / 16; ++jb) acc[jb][0] = acc[jb][1] = acc[jb][2] = acc[jb][3] = 0.0f;
-  const float qsr0 = qscale[4 * c], qsj0 = qscale[4 * c + 1], qsr1 = qscale[4 * c + 2], qsj1 = qscale[4 * c + 3];
+  // Per-lane score scales of heads 2c, 2c + 1: the code part's (with the softmax scale · log2 e folded in) and
+  // the QJL part's relative to it (both query scales are positive).
+  const float qsr0 = qscale[4 * c] * p.scale_log2, qsr1 = qscale[4 * c + 2] * p.scale_log2;
+  const float qjr0 = qscale[4 * c + 1] / qscale[4 * c], qjr1 = qscale[4 * c + 3] / qscale[4 * c + 2];
 
   for (unsigned s = 0; s + 1 < kStages; ++s) issue(s);
   for (std::uint32_t tile = 0; tile < tiles; ++tile) {
@@ -391,11 +451,11 @@ __global__ void __launch_bounds__(kThreads, D <= 128 ? 5 : 1) decode_kernel(Deco
 
     // Scores S[token, head] = K̃[16 × d] · Q[d × 8] per m-tile; code and QJL parts, fp16 hi and lo parts of the
     // query in separate accumulators (independent MMA chains).
-    float ch[kMt][4], cl[kMt][4], sh[kMt][4], sl[kMt][4];
+    float ch[kMt][4], cl[kMt][4];
 #pragma unroll
     for (int mt = 0; mt < kMt; ++mt) {
 #pragma unroll
-      for (int i = 0; i < 4; ++i) ch[mt][i] = cl[mt][i] = sh[mt][i] = sl[mt][i] = 0.0f;
+      for (int i = 0; i < 4; ++i) ch[mt][i] = cl[mt][i] = 0.0f;
     }
     // Each lane reads its slice of its token rows once per tile (instead of one shared-memory load per k-step).
     Slice<S::slice_k> kq0[kMt], kq1[kMt];
@@ -411,7 +471,15 @@ __global__ void __launch_bounds__(kThreads, D <= 128 ? 5 : 1) decode_kernel(Deco
       for (int mt = 0; mt < kMt; ++mt) {
         std::uint32_t a0, a1, a2, a3;
         const unsigned pos = 4 * CB * kk;
-        if constexpr (S::pair_keys) {
+        if constexpr (CB == 2) {
+          const unsigned w = kk / 4, j = (kk % 4) / 2;
+          const bool upper = (kk % 2) != 0;
+          const std::uint32_t n0 = nibble_codes(kq0[mt].w[w], j, upper), n1 = nibble_codes(kq1[mt].w[w], j, upper);
+          a0 = dequant2(n0, false, ktl, kth);
+          a2 = dequant2(n0, true, ktl, kth);
+          a1 = dequant2(n1, false, ktl, kth);
+          a3 = dequant2(n1, true, ktl, kth);
+        } else if constexpr (S::pair_keys) {
           a0 = lds_at<std::uint32_t>(lut_k, field_offset<2 * CB, 7>(kq0[mt], pos, lane4));
           a2 = lds_at<std::uint32_t>(lut_k, field_offset<2 * CB, 7>(kq0[mt], pos + 2 * CB, lane4));
           a1 = lds_at<std::uint32_t>(lut_k, field_offset<2 * CB, 7>(kq1[mt], pos, lane4));
@@ -431,10 +499,20 @@ __global__ void __launch_bounds__(kThreads, D <= 128 ? 5 : 1) decode_kernel(Deco
         mma16816(cl[mt], a0, a1, a2, a3, qb.z, qb.w);
       }
     }
-    float rho0[kMt], rho1[kMt];
+    // ks = the code part in units of the query scale; the QJL part (ρ · its own query scale) is folded in.
+    float ks[kMt][4];
 #pragma unroll
-    for (int mt = 0; mt < kMt; ++mt) rho0[mt] = rho1[mt] = 0.0f;
+    for (int mt = 0; mt < kMt; ++mt) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) ks[mt][i] = ch[mt][i] + cl[mt][i];
+    }
     if (qjl) {
+      float sh[kMt][4], sl[kMt][4];
+#pragma unroll
+      for (int mt = 0; mt < kMt; ++mt) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) sh[mt][i] = sl[mt][i] = 0.0f;
+      }
       Slice<S::slice_s> sg0[kMt], sg1[kMt];
 #pragma unroll
       for (int mt = 0; mt < kMt; ++mt) {
@@ -455,8 +533,11 @@ __global__ void __launch_bounds__(kThreads, D <= 128 ? 5 : 1) decode_kernel(Deco
       const __half* rho = reinterpret_cast<const __half*>(sb + kOffKr + sh_kr);
 #pragma unroll
       for (int mt = 0; mt < kMt; ++mt) {
-        rho0[mt] = __half2float(rho[r0[mt]]);
-        rho1[mt] = __half2float(rho[r1[mt]]);
+        const float t0 = __half2float(rho[r0[mt]]), t1 = __half2float(rho[r1[mt]]);
+        ks[mt][0] += t0 * qjr0 * (sh[mt][0] + sl[mt][0]);
+        ks[mt][1] += t0 * qjr1 * (sh[mt][1] + sl[mt][1]);
+        ks[mt][2] += t1 * qjr0 * (sh[mt][2] + sl[mt][2]);
+        ks[mt][3] += t1 * qjr1 * (sh[mt][3] + sl[mt][3]);
       }
     }
     const float* kn = reinterpret_cast<const float*>(sb + kOffKn + sh_kn);
@@ -464,10 +545,10 @@ __global__ void __launch_bounds__(kThreads, D <= 128 ? 5 : 1) decode_kernel(Deco
 #pragma unroll
     for (int mt = 0; mt < kMt; ++mt) {
       const float n0 = kn[r0[mt]], n1 = kn[r1[mt]];
-      sc[mt][0] = v0[mt] ? n0 * (qsr0 * (ch[mt][0] + cl[mt][0]) + rho0[mt] * qsj0 * (sh[mt][0] + sl[mt][0])) * p.scale_log2 : -INFINITY;
-      sc[mt][1] = v0[mt] ? n0 * (qsr1 * (ch[mt][1] + cl[mt][1]) + rho0[mt] * qsj1 * (sh[mt][1] + sl[mt][1])) * p.scale_log2 : -INFINITY;
-      sc[mt][2] = v1[mt] ? n1 * (qsr0 * (ch[mt][2] + cl[mt][2]) + rho1[mt] * qsj0 * (sh[mt][2] + sl[mt][2])) * p.scale_log2 : -INFINITY;
-      sc[mt][3] = v1[mt] ? n1 * (qsr1 * (ch[mt][3] + cl[mt][3]) + rho1[mt] * qsj1 * (sh[mt][3] + sl[mt][3])) * p.scale_log2 : -INFINITY;
+      sc[mt][0] = v0[mt] ? n0 * qsr0 * ks[mt][0] : -INFINITY;
+      sc[mt][1] = v0[mt] ? n0 * qsr1 * ks[mt][1] : -INFINITY;
+      sc[mt][2] = v1[mt] ? n1 * qsr0 * ks[mt][2] : -INFINITY;
+      sc[mt][3] = v1[mt] ? n1 * qsr1 * ks[mt][3] : -INFINITY;
     }
 
     // Online softmax per head column (heads 2c, 2c+1 of this lane; rows = tokens across g and m-tiles).
@@ -553,7 +634,11 @@ __global__ void __launch_bounds__(kThreads, D <= 128 ? 5 : 1) decode_kernel(Deco
       for (int jb = 0; jb < D / 16; ++jb) {
         auto lookup = [&](const Slice<S::slice_v>& sl) -> std::uint32_t {
           const unsigned pos = 2 * VB * jb;
-          if constexpr (S::pair_values) {
+          if constexpr (VB == 2) {
+            constexpr bool wide = D / 8 >= 16;  // a lane group's slice has ≥ 16 codes (whole words)
+            const unsigned w = wide ? jb / 8 : 0u, j = wide ? (jb % 8) / 4 : jb / 2, q = wide ? jb % 4 : jb % 2;
+            return dequant2(nibble_codes(sl.w[w], j, q >= 2), (q % 2) != 0, vtl, vth);
+          } else if constexpr (S::pair_values) {
             return lds_at<std::uint32_t>(lut_v, field_offset<2 * VB, 7>(sl, pos, lane4));
           } else {
             return __byte_perm(lds_at<std::uint32_t>(lut_v, field_offset<VB, 7>(sl, pos, lane4)),
@@ -593,11 +678,12 @@ __global__ void __launch_bounds__(kThreads, D <= 128 ? 5 : 1) decode_kernel(Deco
   vscale /= t.value_lut_scale;
 #pragma unroll
   for (int jb = 0; jb < D / 16; ++jb) {
-    const unsigned j0 = g * (D / 8) + 2 * jb;  // the value A fragment's row order (P·V above)
+    // The value A fragment's row order (P·V above): rows g and g + 8 of block jb.
+    const unsigned j0 = g * (D / 8) + value_first<D, VB>(jb), j1 = j0 + value_second_offset<VB>();
     mw[(2 * c) * D + j0] = acc[jb][0] * vscale;
     mw[(2 * c + 1) * D + j0] = acc[jb][1] * vscale;
-    mw[(2 * c) * D + j0 + 1] = acc[jb][2] * vscale;
-    mw[(2 * c + 1) * D + j0 + 1] = acc[jb][3] * vscale;
+    mw[(2 * c) * D + j1] = acc[jb][2] * vscale;
+    mw[(2 * c + 1) * D + j1] = acc[jb][3] * vscale;
   }
   __syncthreads();
   for (std::uint32_t i = tid; i < nh * D; i += kThreads) {
