@@ -24,6 +24,7 @@ inline constexpr std::uint32_t kIndexerBf16 = 0, kIndexerFp8 = 1, kIndexerMxfp4 
 struct WindowItem {
   std::uint8_t* window;   // the layer's ring: [capacity, row_bytes]
   const float* kv;        // [count, 512]
+  std::uint8_t* chunk_rows;  // optional [count, row_bytes]: every token's encoded row
   std::uint32_t* status;  // the cache's status word
   std::uint64_t start;    // position of the span's first token
   std::uint64_t count;

@@ -26,7 +26,8 @@ Status write_window(std::span<const LayerSpan> spans, std::uint32_t layer, const
       for (std::size_t i = 0; i < n; ++i) {
         const LayerSpan& s = spans[base + i];
         const DeviceLayerView v = s.cache->layer_view(layer);
-        p.items[i] = detail::WindowItem{v.window, s.kv, s.cache->status_word(), s.cache->position(), s.count};
+        p.items[i] = detail::WindowItem{v.window, s.kv, s.chunk_rows, s.cache->status_word(), s.cache->position(),
+                                        s.count};
         max_count = std::max(max_count, s.count);
       }
       KVC_CUDA_TRY(detail::launch_window_write(p, max_count, st));

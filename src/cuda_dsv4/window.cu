@@ -1,7 +1,8 @@
 // Window write kernel of the DeepSeek-V4 cache: one block of 512 threads per (sequence, token), thread j owns
 // dim j. It rounds the token's row c_t as the model does (fp_sim.hpp simulate_main_row) and encodes it with the
 // cache's attention storage into ring slot q % capacity; only the last `capacity` tokens of a span are written
-// (earlier ones would be overwritten within the same span), but every token's input is checked for NaN / inf.
+// (earlier ones would be overwritten within the same span), every token's row goes to the optional chunk_rows,
+// and every token's input is checked for NaN / inf.
 #include <cuda_runtime.h>
 
 #include "cache_params.hpp"
@@ -22,9 +23,11 @@ __global__ void __launch_bounds__(512) window_write_kernel(const WindowParams p)
     float x = item.kv[k * kWidth + j];
     if (p.check_finite != 0 && !isfinite(x)) atomicOr(item.status, kFlagNonFinite);
     const std::uint64_t q = item.start + k;
-    if (q < first_written) continue;  // uniform over the block
+    const bool to_ring = q >= first_written;
+    if (!to_ring && item.chunk_rows == nullptr) continue;  // uniform over the block
     x = fp8_sim_main(x, j, scratch);
-    encode_attention_row(item.window + (q % p.capacity) * p.row_bytes, x, j, p.storage, scratch);
+    if (to_ring) encode_attention_row(item.window + (q % p.capacity) * p.row_bytes, x, j, p.storage, scratch);
+    if (item.chunk_rows != nullptr) encode_attention_row(item.chunk_rows + k * p.row_bytes, x, j, p.storage, scratch);
   }
 }
 

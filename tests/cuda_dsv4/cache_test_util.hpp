@@ -18,6 +18,7 @@
 #include "kvcompact/cuda/dsv4_cache.hpp"
 #include "kvcompact/cuda/runtime.hpp"
 #include "kvcompact/dsv4/cache.hpp"
+#include "kvcompact/dsv4/fp_sim.hpp"
 #include "kvcompact/dsv4/layer_runner.hpp"
 #include "kvcompact/dsv4/storage.hpp"
 #include "unit/dsv4/math_layer_fixture.hpp"
@@ -131,16 +132,59 @@ inline Status run_cpu(Sequence& s, std::uint64_t count) {
   return tu::run_span(s.runner, s.cpu, *s.model, s.stream, s.out, start, static_cast<std::size_t>(count), count == 1);
 }
 
+// The rows write_window must put into LayerSpan::chunk_rows: the CPU LayerRunner's span rows (the model's FP8
+// rounding, then the storage encoding).
+inline std::vector<std::uint8_t> expected_chunk_rows(const Sequence& s, std::size_t layer, std::uint64_t start,
+                                                     std::uint64_t count) {
+  const kd::RowStorage rs = s.cpu.plan().storage.attention;
+  const std::size_t rb = kd::attention_row_bytes(rs);
+  std::vector<std::uint8_t> out(count * rb);
+  std::vector<float> row(512);
+  for (std::uint64_t k = 0; k < count; ++k) {
+    std::memcpy(row.data(), s.stream.layers[layer].kv.data() + (start + k) * 512, 512 * sizeof(float));
+    kd::simulate_main_row(row.data());
+    const Status st = kd::encode_attention_row(row, rs, std::span<std::uint8_t>(out.data() + k * rb, rb));
+    if (!st.ok()) ADD_FAILURE() << st.error().to_string();
+  }
+  return out;
+}
+
 // The GPU side of one batch step: every layer's window write and compressors over all sequences (each with its
-// own count), then each cache's commit (commit_step for a 1-token span, commit_prefill otherwise).
+// own count), then each cache's commit (commit_step for a 1-token span, commit_prefill otherwise). Every other
+// call also asks write_window for the chunk rows of multi-token spans and checks them against the CPU's.
 inline Status run_gpu(std::vector<Sequence*>& seqs, const std::vector<std::uint64_t>& counts, const DeviceWeights& w,
                       const KernelOptions& options = {}) {
+  static std::uint64_t calls = 0;
+  const bool chunk_rows = (calls++ % 2) == 0;
   const std::uint32_t layers = seqs[0]->gpu.num_layers();
+  const std::size_t rb = kd::attention_row_bytes(seqs[0]->gpu.plan().storage.attention);
+  std::vector<DeviceBuffer> rows(seqs.size());
+  for (std::size_t i = 0; i < seqs.size(); ++i) {
+    if (chunk_rows && counts[i] > 1) {
+      KVC_ASSIGN_OR_RETURN(rows[i], DeviceBuffer::allocate(counts[i] * rb));
+    }
+  }
   for (std::uint32_t l = 0; l < layers; ++l) {
     std::vector<LayerSpan> spans;
-    for (std::size_t i = 0; i < seqs.size(); ++i) spans.push_back(seqs[i]->span(l, counts[i]));
+    for (std::size_t i = 0; i < seqs.size(); ++i) {
+      spans.push_back(seqs[i]->span(l, counts[i]));
+      spans.back().chunk_rows = static_cast<std::uint8_t*>(rows[i].data());
+    }
     KVC_TRY(write_window(spans, l, options));
     KVC_TRY(run_compressors(spans, l, w.at(l), options));
+    for (std::size_t i = 0; i < seqs.size(); ++i) {
+      if (rows[i].size() == 0) continue;
+      std::vector<std::uint8_t> got(rows[i].size());
+      KVC_TRY(rows[i].download(got.data(), got.size()));
+      const auto want = expected_chunk_rows(*seqs[i], l, seqs[i]->gpu.position(), counts[i]);
+      if (got != want) {
+        std::size_t first = 0;
+        while (first < got.size() && got[first] == want[first]) ++first;
+        ADD_FAILURE() << "chunk rows of layer " << l << " sequence " << i << " (positions " << seqs[i]->gpu.position()
+                      << " + " << counts[i] << ") differ from the CPU's, first at byte " << first << " (row "
+                      << first / rb << ")";
+      }
+    }
   }
   for (std::size_t i = 0; i < seqs.size(); ++i) {
     DeviceDeepseek4Cache& c = seqs[i]->gpu;

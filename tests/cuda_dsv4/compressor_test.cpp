@@ -3,6 +3,7 @@
 // comparisons, NaN / inf inputs and the launchers' argument checks. Skips without a CUDA device.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <limits>
 
 #include "cache_test_util.hpp"
@@ -198,6 +199,84 @@ TEST(CudaDsv4Compressor, LauncherChecksFailBeforeAnyWork) {
   // A layer without compressors: run_compressors does nothing.
   spans = {a.span(1, 4)};
   EXPECT_TRUE(run_compressors(spans, 1, weights.at(1)).ok());
+}
+
+}  // namespace
+}  // namespace kvcompact::cuda::dsv4::testing
+
+namespace kvcompact::cuda::dsv4::testing {
+namespace {
+
+// Not a benchmark (bench/cuda has those): prints how long the window + compressor kernels take for a 32-sequence
+// decode step and a 4096-token prefill chunk, so the lead sees their scale in the GPU logs. Fails only on errors.
+TEST(CudaDsv4Compressor, ReportsKernelTimes) {
+  if (!have_device()) GTEST_SKIP() << "no CUDA device";
+  const std::uint64_t seed = tu::fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  tu::Rng rng(seed);
+  const tu::SyntheticModel model(rng, tu::synthetic_config({0, 4, 128}, 4, 8), 1);
+  DeviceWeights weights(model);
+  const std::uint64_t chunk = 4096;
+  const std::vector<float> host = rng.normals(chunk * 1024 + 64);  // the spans below start up to 13 floats in
+  DeviceBuffer inputs = upload_floats(host);
+  const float* in = static_cast<const float*>(inputs.data());
+  KernelOptions fast;
+  fast.check_finite = false;
+  auto span_for = [&](DeviceDeepseek4Cache* c, std::uint64_t count) {
+    LayerSpan s;
+    s.cache = c;
+    s.count = count;
+    s.kv = in;
+    s.compressor_kv = in;
+    s.compressor_score = in + 7;
+    s.indexer_kv = in + 11;
+    s.indexer_score = in + 13;
+    return s;
+  };
+  auto seconds = [] { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); };
+  // Decode: 32 sequences, one token each, 3 layers per step; 64 timed steps after 8 warm-up steps.
+  std::vector<DeviceDeepseek4Cache> caches;
+  for (int i = 0; i < 32; ++i) caches.push_back(take(DeviceDeepseek4Cache::create(model.config, 8192), "cache"));
+  double t0 = 0.0;
+  for (int step = 0; step < 72; ++step) {
+    if (step == 8) {
+      ASSERT_TRUE(synchronize().ok());
+      t0 = seconds();
+    }
+    for (std::uint32_t l = 0; l < 3; ++l) {
+      std::vector<LayerSpan> spans;
+      for (auto& c : caches) spans.push_back(span_for(&c, 1));
+      ASSERT_TRUE(write_window(spans, l, fast).ok());
+      ASSERT_TRUE(run_compressors(spans, l, weights.at(l), fast).ok());
+    }
+    for (auto& c : caches) ASSERT_TRUE(c.commit_step(c.position()).ok());
+  }
+  ASSERT_TRUE(synchronize().ok());
+  const double decode_us = (seconds() - t0) / 64 * 1e6;
+  // Prefill: one 4096-token chunk per layer kind (parallel emission), and the token-by-token walk for comparison.
+  double prefill_us[2][3] = {};
+  for (int mode = 0; mode < 2; ++mode) {
+    KernelOptions o = fast;
+    o.sequential_compressor = mode == 1;
+    DeviceDeepseek4Cache c = take(DeviceDeepseek4Cache::create(model.config, 8192), "cache");
+    for (std::uint32_t l = 0; l < 3; ++l) {
+      std::vector<LayerSpan> spans{span_for(&c, chunk)};
+      ASSERT_TRUE(write_window(spans, l, o).ok());  // warm-up
+      ASSERT_TRUE(run_compressors(spans, l, weights.at(l), o).ok());
+      ASSERT_TRUE(synchronize().ok());
+      const double s0 = seconds();
+      ASSERT_TRUE(write_window(spans, l, o).ok());
+      ASSERT_TRUE(run_compressors(spans, l, weights.at(l), o).ok());
+      ASSERT_TRUE(synchronize().ok());
+      prefill_us[mode][l] = (seconds() - s0) * 1e6;
+    }
+  }
+  std::printf("[dsv4-cache] timing: decode step of 32 sequences x 3 layers (m = 0, 4, 128), window + compressors: "
+              "%.1f us (host launch overhead included)\n", decode_us);
+  std::printf("[dsv4-cache] timing: 4096-token prefill chunk, window + compressors per layer m = 0 / 4 / 128: "
+              "parallel %.0f / %.0f / %.0f us, token-by-token %.0f / %.0f / %.0f us\n",
+              prefill_us[0][0], prefill_us[0][1], prefill_us[0][2], prefill_us[1][0], prefill_us[1][1],
+              prefill_us[1][2]);
 }
 
 }  // namespace

@@ -87,7 +87,7 @@ class DeviceDeepseek4Cache {
   // Device pointers of a layer's buffers (layer < num_layers(), else abort). The pointers stay valid for
   // the cache's lifetime (also across moves of the cache object).
   DeviceLayerView layer_view(std::uint32_t layer) const;
-  // A device word the kernels OR their failure flags into (see DeviceWorkFlags in the kernels' params).
+  // The device word the kernels OR their input flags into (KernelOptions::check_finite).
   std::uint32_t* status_word() const;
 
   // ---- Step protocol: the CPU cache's, on the same shared bookkeeping (same plans, errors, poisoning) ----
@@ -145,6 +145,10 @@ struct LayerSpan {
   const float* compressor_score = nullptr;  // [count, coff*512] z_t (no ape)  (m != 0)
   const float* indexer_kv = nullptr;        // [count, 256]                    (m == 4)
   const float* indexer_score = nullptr;     // [count, 256]                    (m == 4)
+  // Optional output of write_window: [count, attention_row_bytes] device bytes receiving every token's encoded
+  // row in order (the prefill chunk's own rows, which the ring may no longer hold when count > capacity:
+  // dsv4_kernels.hpp TokenRows::chunk_rows). Rows at 2-byte aligned addresses.
+  std::uint8_t* chunk_rows = nullptr;
 };
 
 // The layer's learned compressor constants, DEVICE float32, shared by every sequence of a batch.
@@ -157,8 +161,9 @@ struct CompressorWeights {
 };
 
 struct KernelOptions {
-  // true: wait for the kernels and report NaN / inf inputs as NonFinite (and poison the caches they wrote
-  // into). false: asynchronous on `stream`; the flags stay in each cache's status word (DeviceWorkFlags).
+  // true: the kernels flag NaN / inf inputs in each cache's status word; the launcher waits for them, reads and
+  // clears the words, and reports a flag as NonFinite (poisoning every cache of the batch: they were written).
+  // false: no checks, nothing waited for: the launch is only enqueued on `stream` (CUDA-graph friendly).
   bool check_finite = true;
   // run_compressors: a batch in which some span has more than one token (prefill) emits all of its rows in
   // parallel (a block per emitted row, pooling straight from the inputs and the state the chunk began with,
@@ -174,7 +179,8 @@ struct KernelOptions {
 
 // Window rows of layer `layer` for each span: the model's FP8 rounding (e4m3 in blocks of 64 with power-of-
 // two scales over dims [0, 448), bf16 tail untouched), encoded with the cache's attention storage into ring
-// slot q % window_capacity for the last min(count, capacity) positions q of the span.
+// slot q % window_capacity for the last min(count, capacity) positions q of the span (and every token's row
+// into LayerSpan::chunk_rows when given).
 Status write_window(std::span<const LayerSpan> spans, std::uint32_t layer, const KernelOptions& options = {},
                     void* stream = nullptr);
 
