@@ -296,6 +296,35 @@ __device__ __forceinline__ float signed_value(const uint4 (&raw)[RawOf<DT>::kVec
   }
 }
 
+struct Row32 {
+  float v[32];
+};
+
+// Recomputes a lane's 32 coordinates of y = float(x / ‖x‖) from the input ring: the float-float result where
+// its check passes (fast_div), the float64 division everywhere else. Out of line: rarely executed.
+template <unsigned DT>
+__device__ __noinline__ Row32 divide_exact(const uint4* cur, const uint4* masks, unsigned lane, float rh, float rl,
+                                           double norm, bool fast_div) {
+  uint4 raw[RawOf<DT>::kVecs];
+  for (unsigned v = 0; v < RawOf<DT>::kVecs; ++v) raw[v] = cur[v * 32 + lane];
+  uint4 pm[4];
+  for (unsigned i = 0; i < 4; ++i) pm[i] = masks[i * kEncodeFastWarps * 32];
+  Row32 out;
+#pragma unroll
+  for (unsigned m = 0; m < 32; ++m) {
+    const float x = signed_value<DT>(raw, pm, m);
+    const float pr = __fmul_rn(x, rh);
+    const float er = __fmaf_rn(x, rh, -pr);
+    const float tt = __fmaf_rn(x, rl, er);
+    const float dl = __fmul_rn(fabsf(pr), 0x1p-42f);
+    const float ya = __fadd_rn(pr, __fadd_rn(tt, dl));
+    const float yb = __fadd_rn(pr, __fsub_rn(tt, dl));
+    const bool ok = fast_div && ya == yb && !(fabsf(pr) < 0x1p-100f && x != 0.0f);
+    out.v[m] = ok ? ya : divide_f64(x, norm);
+  }
+  return out;
+}
+
 // The window ring stores the input widened to f32; an f16 NaN keeps its payload as the CPU's f16_to_f32 does.
 template <unsigned DT>
 __device__ __forceinline__ float window_value(const uint4 (&raw)[RawOf<DT>::kVecs], unsigned m) {
@@ -560,13 +589,15 @@ __global__ void __launch_bounds__(kEncodeFastWarps * 32, 2) encode_fast_kernel(E
     if (valid && t == 0 && p.status != nullptr && (!finite || overflow)) atomicOr(p.status, !finite ? 1u : 2u);
 
     // y = float(x / ‖x‖) (float64 division on the CPU). Fast form: x·(r_hi + r_lo) with r = RN(1/‖x‖) as a
-    // float-float; yA, yB round the estimate ± δ (δ = 2⁻⁴²|p| > its error bound 2⁻⁴⁵·⁴|q|): when they agree, no
+    // float-float; yA, yB round the estimate ± δ (δ = 2⁻⁴²|p|, ≈ 10× its error bound): when they agree, no
     // float rounding boundary lies near x/‖x‖, so both roundings of the CPU give yA (docs/cuda-encode.md).
-    if (good && norm >= 0x1p-60 && norm <= 0x1p60) {
+    const bool fast_div = norm >= 0x1p-60 && norm <= 0x1p60;
+    float rh = 0.0f, rl = 0.0f;
+    bool slow = false;
+    if (good && fast_div) {
       const double rcp = __drcp_rn(norm);
-      const float rh = __double2float_rn(rcp);
-      const float rl = __double2float_rn(__dsub_rn(rcp, static_cast<double>(rh)));
-      bool slow = false;
+      rh = __double2float_rn(rcp);
+      rl = __double2float_rn(__dsub_rn(rcp, static_cast<double>(rh)));
 #pragma unroll
       for (unsigned m = 0; m < 32; ++m) {
         const float x = y[m];
@@ -579,30 +610,16 @@ __global__ void __launch_bounds__(kEncodeFastWarps * 32, 2) encode_fast_kernel(E
         slow = slow || (ya != yb) || (fabsf(pr) < 0x1p-100f && x != 0.0f);
         y[m] = ya;
       }
-      if (slow) {
-        // Rare (≈ 2⁻¹⁷ per coordinate, and tiny coordinates): redo the flagged ones with the float64 division.
-#pragma unroll
-        for (unsigned v = 0; v < RawOf<DT>::kVecs; ++v) raw[v] = cur[v * 32 + lane];
-#pragma unroll
-        for (unsigned i = 0; i < 4; ++i) pm[i] = pair_masks[i][threadIdx.x];
-#pragma unroll
-        for (unsigned m = 0; m < 32; ++m) {
-          const float x = signed_value<DT>(raw, pm, m);
-          const float pr = __fmul_rn(x, rh);
-          const float er = __fmaf_rn(x, rh, -pr);
-          const float tt = __fmaf_rn(x, rl, er);
-          const float dl = __fmul_rn(fabsf(pr), 0x1p-42f);
-          const float ya = __fadd_rn(pr, __fadd_rn(tt, dl));
-          const float yb = __fadd_rn(pr, __fsub_rn(tt, dl));
-          if ((ya != yb) || (fabsf(pr) < 0x1p-100f && x != 0.0f)) y[m] = divide_f64(x, norm);
-        }
-      }
-    } else if (good) {
-#pragma unroll
-      for (unsigned m = 0; m < 32; ++m) y[m] = divide_f64(y[m], norm);
     } else {
+      slow = good;  // a norm outside [2^-60, 2^60]: every coordinate by the float64 division
 #pragma unroll
       for (unsigned m = 0; m < 32; ++m) y[m] = 0.0f;
+    }
+    if (slow) {
+      // Rare (≈ 2⁻¹⁷ per coordinate, tiny coordinates, extreme norms): out of line, off the hot code.
+      const Row32 exact = divide_exact<DT>(cur, &pair_masks[0][threadIdx.x], lane, rh, rl, norm, good && fast_div);
+#pragma unroll
+      for (unsigned m = 0; m < 32; ++m) y[m] = exact.v[m];
     }
 
     fast_butterflies<D>(y, t);
