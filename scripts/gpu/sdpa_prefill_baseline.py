@@ -13,6 +13,7 @@ Writes CSV: kind,backend,context,chunk,us,tflops,ok
 import argparse
 import sys
 import time
+import warnings
 
 import torch
 import torch.nn.functional as F
@@ -64,6 +65,7 @@ def main():
     ap.add_argument("--budget-s", type=float, default=60.0, help="stop starting new cases after this long")
     args = ap.parse_args()
     t_start = time.time()
+    warnings.filterwarnings("ignore")  # backends explain at length why they refuse a shape
     dev = torch.device("cuda")
     print(f"torch {torch.__version__}, {torch.cuda.get_device_name(0)}", flush=True)
     hq, hkv, d = 32, 8, 128
@@ -95,14 +97,61 @@ def main():
         mask = (kj <= qi + ctx)
         variants.append(("efficient_boolmask", SDPBackend.EFFICIENT_ATTENTION, mask))
         variants.append(("cudnn_boolmask", SDPBackend.CUDNN_ATTENTION, mask))
+        # is_causal=True: counted only if the row check shows the backend aligns bottom-right.
+        variants.append(("flash_is_causal", SDPBackend.FLASH_ATTENTION, "is_causal"))
+        variants.append(("cudnn_is_causal", SDPBackend.CUDNN_ATTENTION, "is_causal"))
+        # What a serving engine does with flash attention: the chunk over the cached prefix without a mask and
+        # over its own keys with a square causal mask (top-left = bottom-right there), merged by log-sum-exp.
+        for name in ("flash_split_lse", "cudnn_split_lse"):
+            if time.time() - t_start > args.budget_s:
+                break
+            try:
+                if kx is None:
+                    kx = k.repeat_interleave(gqa, dim=1)
+                    vx = v.repeat_interleave(gqa, dim=1)
+                kp, vp = kx[:, :, :ctx], vx[:, :, :ctx]
+                kc, vc = kx[:, :, ctx:].contiguous(), vx[:, :, ctx:].contiguous()
+                kp, vp = kp.contiguous(), vp.contiguous()
+
+                def part(kk, vv, causal, name=name):
+                    if name.startswith("flash"):
+                        r = torch.ops.aten._scaled_dot_product_flash_attention(q, kk, vv, 0.0, causal, False)
+                    else:
+                        r = torch.ops.aten._scaled_dot_product_cudnn_attention(q, kk, vv, None, True, 0.0, causal,
+                                                                                False)
+                    return r[0], r[1]
+
+                def split_call():
+                    o1, l1 = part(kp, vp, False)
+                    o2, l2 = part(kc, vc, True)
+                    l1 = l1.reshape(1, hq, chunk, 1).float()
+                    l2 = l2.reshape(1, hq, chunk, 1).float()
+                    mx = torch.maximum(l1, l2)
+                    w1, w2 = torch.exp(l1 - mx), torch.exp(l2 - mx)
+                    return ((o1.float() * w1 + o2.float() * w2) / (w1 + w2)).to(q.dtype)
+
+                out = split_call()
+                torch.cuda.synchronize()
+                err = check_rows(out, q, k, v, ctx, gqa)
+                us = median_us(split_call, 2, 5 if ctx >= 131072 else 10)
+                ok = err < 2e-2
+                tflops = flops / (us * 1e6)
+                print(f"sdpa {name:28s} ctx {ctx:7d}: {us:10.1f} us {tflops:7.1f} TFLOP/s  mask check "
+                      f"{'ok' if ok else 'WRONG'} (rel err {err:.2e})", flush=True)
+                rows.append(("sdpa", name, ctx, chunk, us, tflops, int(ok)))
+                del kp, vp, kc, vc
+            except (RuntimeError, TypeError, ValueError, AttributeError, IndexError) as e:
+                msg = str(e).splitlines()[0][:90] if str(e) else type(e).__name__
+                print(f"  {name} ctx={ctx}: unavailable ({msg})", flush=True)
         for name, backend, m in variants:
             if time.time() - t_start > args.budget_s:
                 break
             def call(expand):
                 kk, vv = (kx, vx) if expand else (k, v)
+                kw = {"is_causal": True} if isinstance(m, str) else {"attn_mask": m}
                 if expand:
-                    return F.scaled_dot_product_attention(q, kk, vv, attn_mask=m)
-                return F.scaled_dot_product_attention(q, kk, vv, attn_mask=m, enable_gqa=True)
+                    return F.scaled_dot_product_attention(q, kk, vv, **kw)
+                return F.scaled_dot_product_attention(q, kk, vv, enable_gqa=True, **kw)
             used = None
             for expand in (False, True):
                 try:

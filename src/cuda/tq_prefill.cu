@@ -27,19 +27,28 @@ constexpr unsigned kBN = 32;  // key / value tokens per pipeline tile
 constexpr unsigned round16(unsigned x) { return (x + 15u) & ~15u; }
 constexpr unsigned cmax(unsigned a, unsigned b) { return a > b ? a : b; }
 
+// Warps per block (16 query rows each) of the head_dim-128 instances; overridable at compile time for tuning.
+#ifndef KVC_PREFILL_WARPS_128
+#define KVC_PREFILL_WARPS_128 8
+#endif
+#ifndef KVC_PREFILL_WARPS_128_QJL
+#define KVC_PREFILL_WARPS_128_QJL 4
+#endif
+
 template <int D, bool QJL>
 struct Cfg {
   // Rows of a block: 16 per warp. Fewer warps where the per-block shared memory would otherwise allow only one
   // resident block (head_dim 128 with QJL); head_dim 256 runs one 4-warp block per multiprocessor.
-  static constexpr unsigned kWarps = (D == 256 || (D == 128 && QJL)) ? 4u : 8u;
+  static constexpr unsigned kWarps =
+      D == 256 ? 4u : (D == 128 ? (QJL ? KVC_PREFILL_WARPS_128_QJL : KVC_PREFILL_WARPS_128) : 8u);
   static constexpr unsigned kThreads = kWarps * 32u;
-  static constexpr unsigned kMinBlocks = D == 256 ? 1u : 2u;
   static constexpr unsigned kRows = kWarps * 16u;
   static constexpr unsigned kNT = kBN / 8;    // n-tiles of S per tile
   static constexpr unsigned kKS = D / 16;     // k-steps of S
   static constexpr unsigned kRowBytes = 2u * D + 16u;  // fp16 tile row: +16 bytes keeps ldmatrix conflict-free
   static constexpr unsigned qsplit = kRows * D * 2u;    // one fp16 query array (hi or lo)
-  static constexpr unsigned q_area = cmax(qsplit * 2u * (QJL ? 2u : 1u), kRows * D * 4u);  // + epilogue rows
+  // Query fragments: hi + lo of q_rot (and of q_jl for QJL keys); reused by the epilogue rows.
+  static constexpr unsigned q_area = cmax(qsplit * 2u * (QJL ? 2u : 1u), kRows * D * 4u);
   static constexpr unsigned tile = kBN * kRowBytes;
   static constexpr unsigned tiles = tile * (QJL ? 3u : 2u);  // key codes, (signs), values
   // Staging of one tile's packed bytes, sized for the widest mode (5-bit key codes, 4-bit values); each region
@@ -52,9 +61,13 @@ struct Cfg {
   static constexpr unsigned st_vn = round16(kBN * 4u + 32u);
   static constexpr unsigned stage = st_kc + st_ks + st_kn + st_kr + st_vc + st_vn;
   // kscale, sscale, vfac [kBN]; rowfac_c, rowfac_s, row_m, row_l, row_limit [kRows]; two 32-entry fp16 lookup
-  // tables; misc (running value-norm maximum R, rescale ratio).
-  static constexpr unsigned small = 4u * (3u * kBN + 5u * kRows) + 2u * 64u + 16u;
+  // tables, two 64-entry pair tables (half2 of two coordinates) and the 16-entry sign table (uint2); misc
+  // (running value-norm maximum R, rescale ratio).
+  static constexpr unsigned small = 4u * (3u * kBN + 5u * kRows) + 2u * 64u + 2u * 256u + 128u + 16u;
   static constexpr unsigned total = q_area + tiles + 2u * stage + small;
+  // Two resident blocks when their shared memory fits (228 KB per multiprocessor, 1 KB reserved per block);
+  // the register limit of __launch_bounds__ follows.
+  static constexpr unsigned kMinBlocks = (kWarps <= 8 && 2u * (total + 1024u) <= 228u * 1024u) ? 2u : 1u;
   static_assert(kWarps * 2u * D * 4u <= tiles, "query preparation scratch must fit in the tile area");
   static_assert(total <= 227u * 1024u, "shared memory of one block");
 };
@@ -91,6 +104,13 @@ __device__ inline void cp_async16(void* smem, const void* gmem) {
 }
 __device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 __device__ inline void cp_async_wait1() { asm volatile("cp.async.wait_group 1;\n" ::); }
+
+// 2^x for x ≤ 0 (or −∞ → 0) with one ex2.approx (relative error ≈ 2⁻²²), the softmax weights' hot path.
+__device__ inline float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
 
 __device__ inline std::uint32_t half2_bits(__half2 h) { return *reinterpret_cast<const std::uint32_t*>(&h); }
 
@@ -160,32 +180,41 @@ __device__ inline void load_tile(const PrefillParams& p, std::uint8_t* base, std
   stage_region<C::kThreads>(s.vn, p.layer + p.value_norms, first, cnt, 4u);
 }
 
-// Packed codes of 8 coordinates (a byte-aligned group of `bits` bytes) → 8 fp16 lookup-table entries.
-__device__ inline uint4 dequant_group(const std::uint8_t* src, std::uint32_t bits, const unsigned short* lut) {
-  std::uint64_t w = 0;
-  for (std::uint32_t b = 0; b < bits; ++b) w |= static_cast<std::uint64_t>(src[b]) << (8u * b);
-  const std::uint32_t mask = (1u << bits) - 1u;
+// The 32 (five = false) or 40 bits at byte offset `off` of a 4-byte-aligned shared-memory region: two or three
+// aligned word loads and funnel shifts instead of one load per byte (stage regions keep ≥ 16 bytes of room
+// past their data, so the extra word is inside the region).
+__device__ inline std::uint64_t load_bits(const std::uint8_t* base, std::uint32_t off, bool five) {
+  const std::uint32_t* w = reinterpret_cast<const std::uint32_t*>(base + (off & ~3u));
+  const std::uint32_t sh = 8u * (off & 3u);
+  const std::uint32_t lo = __funnelshift_r(w[0], w[1], sh);
+  const std::uint32_t hi = five ? __funnelshift_r(w[1], w[2], sh) : 0u;
+  return static_cast<std::uint64_t>(lo) | (static_cast<std::uint64_t>(hi) << 32);
+}
+
+// Codes of 8 coordinates (a byte-aligned group of `bits` bytes at byte offset `off`) → 8 fp16 centroids. Code
+// widths ≤ 3 look a pair of coordinates up at once (≤ 64-entry half2 table), 4 and 5 bits single coordinates.
+__device__ inline uint4 dequant_group(const std::uint8_t* base, std::uint32_t off, std::uint32_t bits,
+                                      const unsigned short* lut, const std::uint32_t* lut_pair) {
+  const std::uint64_t w = load_bits(base, off, bits == 5);
   std::uint32_t out[4];
+  if (bits <= 3) {
+    const std::uint32_t pmask = (1u << (2u * bits)) - 1u;
 #pragma unroll
-  for (unsigned k = 0; k < 4; ++k) {
-    const std::uint32_t i0 = static_cast<std::uint32_t>(w >> ((2u * k) * bits)) & mask;
-    const std::uint32_t i1 = static_cast<std::uint32_t>(w >> ((2u * k + 1u) * bits)) & mask;
-    out[k] = static_cast<std::uint32_t>(lut[i0]) | (static_cast<std::uint32_t>(lut[i1]) << 16);
+    for (unsigned k = 0; k < 4; ++k) out[k] = lut_pair[static_cast<std::uint32_t>(w >> (2u * k * bits)) & pmask];
+  } else {
+    const std::uint32_t mask = (1u << bits) - 1u;
+#pragma unroll
+    for (unsigned k = 0; k < 4; ++k) {
+      const std::uint32_t i0 = static_cast<std::uint32_t>(w >> ((2u * k) * bits)) & mask;
+      const std::uint32_t i1 = static_cast<std::uint32_t>(w >> ((2u * k + 1u) * bits)) & mask;
+      out[k] = static_cast<std::uint32_t>(lut[i0]) | (static_cast<std::uint32_t>(lut[i1]) << 16);
+    }
   }
   return make_uint4(out[0], out[1], out[2], out[3]);
 }
 
-// 8 QJL sign bits → eight fp16 ±1 (bit 1 ⇔ +1 = 0x3C00, bit 0 ⇔ −1 = 0xBC00).
-__device__ inline uint4 signs_group(std::uint32_t byte) {
-  std::uint32_t out[4];
-#pragma unroll
-  for (unsigned k = 0; k < 4; ++k) {
-    const std::uint32_t h0 = 0xBC00u ^ (((byte >> (2u * k)) & 1u) << 15);
-    const std::uint32_t h1 = 0xBC00u ^ (((byte >> (2u * k + 1u)) & 1u) << 15);
-    out[k] = h0 | (h1 << 16);
-  }
-  return make_uint4(out[0], out[1], out[2], out[3]);
-}
+// fp16 ±1 of a sign bit (bit 1 ⇔ +1 = 0x3C00, bit 0 ⇔ −1 = 0xBC00).
+__device__ inline std::uint32_t sign_half(std::uint32_t bit) { return 0xBC00u ^ (bit << 15); }
 
 template <int D, bool QJL, bool SPLITP>
 __global__ void __launch_bounds__(Cfg<D, QJL>::kThreads, Cfg<D, QJL>::kMinBlocks) prefill_kernel(PrefillParams p) {
@@ -212,7 +241,10 @@ __global__ void __launch_bounds__(Cfg<D, QJL>::kThreads, Cfg<D, QJL>::kMinBlocks
   std::uint32_t* row_limit = reinterpret_cast<std::uint32_t*>(row_l + kRows);
   unsigned short* lut_k = reinterpret_cast<unsigned short*>(row_limit + kRows);
   unsigned short* lut_v = lut_k + 32;
-  float* misc = reinterpret_cast<float*>(lut_v + 32);
+  std::uint32_t* pair_k = reinterpret_cast<std::uint32_t*>(lut_v + 32);
+  std::uint32_t* pair_v = pair_k + 64;
+  uint2* lut_s = reinterpret_cast<uint2*>(pair_v + 64);
+  float* misc = reinterpret_cast<float*>(lut_s + 16);
 
   const Tables& t = *p.tables;
   const unsigned tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5;
@@ -253,6 +285,21 @@ __global__ void __launch_bounds__(Cfg<D, QJL>::kThreads, Cfg<D, QJL>::kMinBlocks
   if (tid < 32) {
     lut_k[tid] = __half_as_ushort(__float2half_rn(t.key_lut_scale * t.key_centroids[tid]));
     lut_v[tid] = __half_as_ushort(__float2half_rn(t.value_lut_scale * t.value_centroids[tid]));
+  }
+  if (tid < 64) {
+    // Pair tables (used for code widths ≤ 3 only): entry e = (code of the higher coordinate) · 2^bits + (code
+    // of the lower one); the lower coordinate is the low half.
+    const std::uint32_t cb = min(p.key_code_bits, 3u), vb = min(p.value_bits, 3u);
+    const std::uint32_t ek0 = tid & ((1u << cb) - 1u), ek1 = (tid >> cb) & ((1u << cb) - 1u);
+    const std::uint32_t ev0 = tid & ((1u << vb) - 1u), ev1 = (tid >> vb) & ((1u << vb) - 1u);
+    pair_k[tid] = half2_bits(__floats2half2_rn(t.key_lut_scale * t.key_centroids[ek0],
+                                               t.key_lut_scale * t.key_centroids[ek1]));
+    pair_v[tid] = half2_bits(__floats2half2_rn(t.value_lut_scale * t.value_centroids[ev0],
+                                               t.value_lut_scale * t.value_centroids[ev1]));
+  }
+  if (tid < 16) {
+    lut_s[tid] = make_uint2(sign_half(tid & 1u) | (sign_half((tid >> 1) & 1u) << 16),
+                            sign_half((tid >> 2) & 1u) | (sign_half((tid >> 3) & 1u) << 16));
   }
   if (tid == 0) {
     misc[0] = 0.0f;  // running maximum R of the value norms seen
@@ -342,18 +389,20 @@ __global__ void __launch_bounds__(Cfg<D, QJL>::kThreads, Cfg<D, QJL>::kMinBlocks
     {
       const Stage<D, QJL> s(stage0 + (it & 1u) * C::stage);
       const std::uint64_t first_slot = slot0 + t0;
-      const std::uint8_t* kc = staged_row0(s.kc, p.layer + p.key_codes, first_slot, p.kc_bytes);
-      const std::uint8_t* vc = staged_row0(s.vc, p.layer + p.value_codes, first_slot, p.vc_bytes);
+      const std::uint32_t kc_shift = static_cast<std::uint32_t>(staged_row0(s.kc, p.layer + p.key_codes, first_slot, p.kc_bytes) - s.kc);
+      const std::uint32_t vc_shift = static_cast<std::uint32_t>(staged_row0(s.vc, p.layer + p.value_codes, first_slot, p.vc_bytes) - s.vc);
+      const std::uint8_t* ks = QJL ? staged_row0(s.ks, p.layer + p.key_signs, first_slot, p.ks_bytes) : nullptr;
       constexpr unsigned kGroups = kBN * (D / 8);
       for (unsigned gi = tid; gi < kGroups; gi += kThreads) {
         const unsigned tt = gi / (D / 8), gg = gi % (D / 8);
-        *reinterpret_cast<uint4*>(kt + tt * RB + gg * 16u) =
-            dequant_group(kc + tt * p.kc_bytes + gg * p.key_code_bits, p.key_code_bits, lut_k);
-        *reinterpret_cast<uint4*>(vt + tt * RB + gg * 16u) =
-            dequant_group(vc + tt * p.vc_bytes + gg * p.value_bits, p.value_bits, lut_v);
+        *reinterpret_cast<uint4*>(kt + tt * RB + gg * 16u) = dequant_group(
+            s.kc, kc_shift + tt * p.kc_bytes + gg * p.key_code_bits, p.key_code_bits, lut_k, pair_k);
+        *reinterpret_cast<uint4*>(vt + tt * RB + gg * 16u) = dequant_group(
+            s.vc, vc_shift + tt * p.vc_bytes + gg * p.value_bits, p.value_bits, lut_v, pair_v);
         if constexpr (QJL) {
-          const std::uint8_t* ks = staged_row0(s.ks, p.layer + p.key_signs, first_slot, p.ks_bytes);
-          *reinterpret_cast<uint4*>(kst + tt * RB + gg * 16u) = signs_group(ks[tt * p.ks_bytes + gg]);
+          const std::uint32_t byte = ks[tt * p.ks_bytes + gg];
+          const uint2 lo = lut_s[byte & 15u], hi = lut_s[byte >> 4];
+          *reinterpret_cast<uint4*>(kst + tt * RB + gg * 16u) = make_uint4(lo.x, lo.y, hi.x, hi.y);
         }
       }
       if (warp == 0) {
@@ -460,12 +509,15 @@ __global__ void __launch_bounds__(Cfg<D, QJL>::kThreads, Cfg<D, QJL>::kMinBlocks
     l_a *= al_a;
     l_b *= al_b;
     const float ro_a = al_a * ratio, ro_b = al_b * ratio;
+    // Once the running maxima settle (most tiles of a long sequence) no row of the warp needs a rescale.
+    if (__any_sync(0xffffffffu, ro_a != 1.0f || ro_b != 1.0f)) {
 #pragma unroll
-    for (unsigned i = 0; i < D / 8; ++i) {
-      o[i][0] *= ro_a;
-      o[i][1] *= ro_a;
-      o[i][2] *= ro_b;
-      o[i][3] *= ro_b;
+      for (unsigned i = 0; i < D / 8; ++i) {
+        o[i][0] *= ro_a;
+        o[i][1] *= ro_a;
+        o[i][2] *= ro_b;
+        o[i][3] *= ro_b;
+      }
     }
     // P' = p · n_v / R · 2^15 as fp16 A fragments (hi, and lo when SPLITP); l sums the unscaled p.
     std::uint32_t ph[kNT][2], pl[kNT][2];
@@ -473,8 +525,8 @@ __global__ void __launch_bounds__(Cfg<D, QJL>::kThreads, Cfg<D, QJL>::kMinBlocks
     for (unsigned n = 0; n < kNT; ++n) {
       const unsigned tt = n * 8u + 2u * c;
       const float v0 = vfac[tt], v1 = vfac[tt + 1];
-      const float p0 = exp2f(sc[n][0] - use_a), p1 = exp2f(sc[n][1] - use_a);
-      const float p2 = exp2f(sc[n][2] - use_b), p3 = exp2f(sc[n][3] - use_b);
+      const float p0 = fast_exp2(sc[n][0] - use_a), p1 = fast_exp2(sc[n][1] - use_a);
+      const float p2 = fast_exp2(sc[n][2] - use_b), p3 = fast_exp2(sc[n][3] - use_b);
       l_a += p0 + p1;
       l_b += p2 + p3;
       if constexpr (SPLITP) {

@@ -24,7 +24,8 @@ fi
 PYTHONUNBUFFERED=1 timeout -k 5 42 python3 scripts/gpu/sdpa_prefill_baseline.py $QUICK --budget-s 30 --csv "$BASE" \
   > "$OUT/tq_prefill_sdpa.log" 2>&1
 echo "sdpa baseline exit code: $? (124 = timed out)"
-grep -E "sdpa|unavailable|torch" "$OUT/tq_prefill_sdpa.log" | head -20
+grep -E "^torch|^sdpa|budget" "$OUT/tq_prefill_sdpa.log" | head -30
+echo "sdpa variants a backend refused: $(grep -c unavailable "$OUT/tq_prefill_sdpa.log") (details in tq_prefill_sdpa.log)"
 timeout 10 python3 - "$OURS" "$BASE" "$OUT/tq_prefill.csv" <<'PY'
 import csv, os, sys
 ours_path, base_path, out_path = sys.argv[1:4]
