@@ -519,6 +519,71 @@ TEST(CudaEncodeFast, MisalignedInputTakesTheGeneralKernel) {
   }
 }
 
+// The fast kernel's division (docs/cuda-encode.md, "Float operations" 3) replayed on the host with the same
+// IEEE operations: whenever its check passes (y_A = y_B), y_A must equal the CPU's float(x / n) (double
+// rounding included). Half the samples are steered to within ±10 float64 ulps of a float rounding boundary,
+// where the check must fail; tiny and zero x are included. Runs without a GPU.
+TEST(CudaEncodeMath, FloatFloatDivisionCheckImpliesTheCpuResult) {
+  const std::uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  std::uint64_t checked = 0, passed = 0, near_passed = 0, wrong = 0, typical = 0, typical_passed = 0;
+  for (int it = 0; it < 400000; ++it) {
+    const int kind = it % 4;
+    float x = static_cast<float>((u(rng) * 2 - 1) * std::ldexp(1.0, static_cast<int>(u(rng) * 60) - 30));
+    double n = std::fabs(static_cast<double>(x)) / (0.001 + u(rng));
+    if (kind == 1) {  // x / n within ±10 float64 ulps of the midpoint between two floats
+      const float y = static_cast<float>((u(rng) * 2 - 1) * 0.3);
+      const float next = std::nextafter(y, y > 0 ? 2.0f : -2.0f);
+      const double mid = (static_cast<double>(y) + next) / 2;
+      const double q = mid * (1.0 + static_cast<double>(static_cast<int>(rng() % 21) - 10) * 0x1p-53);
+      if (x == 0.0f || q == 0.0) continue;
+      n = static_cast<double>(x) / q;
+      if (n < 0) {
+        n = -n;
+        x = -x;
+      }
+    } else if (kind == 2) {  // tiny x against a moderate norm (underflowing products)
+      std::uint32_t bits = static_cast<std::uint32_t>(rng()) & 0x83ffffffu;
+      std::memcpy(&x, &bits, 4);
+      n = std::ldexp(1.0 + u(rng), static_cast<int>(u(rng) * 100) - 50);
+    } else if (kind == 3 && it % 8 == 3) {
+      x = 0.0f;
+      n = std::ldexp(1.0 + u(rng), static_cast<int>(u(rng) * 100) - 50);
+    }
+    if (!(n >= 0x1p-60 && n <= 0x1p60) || std::fabs(static_cast<double>(x)) > n) continue;
+    const double rcp = 1.0 / n;
+    const float rh = static_cast<float>(rcp);
+    const float rl = static_cast<float>(rcp - static_cast<double>(rh));
+    const float p = x * rh;
+    const float e = std::fma(x, rh, -p);
+    const float t = std::fma(x, rl, e);
+    const float delta = std::fma(std::fabs(p), 0x1p-42f, 0x1p-142f);
+    const float ya = p + (t + delta);
+    const float yb = p + (t - delta);
+    ++checked;
+    const bool is_typical = kind == 0 || (kind == 3 && x != 0.0f);
+    typical += is_typical ? 1 : 0;
+    if (ya != yb) continue;
+    ++passed;
+    typical_passed += is_typical ? 1 : 0;
+    if (kind == 1) ++near_passed;
+    const float cpu = static_cast<float>(static_cast<double>(x) / n);
+    if (std::memcmp(&ya, &cpu, 4) != 0 && !(ya == 0.0f && cpu == 0.0f)) {
+      if (wrong < 5) ADD_FAILURE() << "x " << x << " n " << n << ": check passed with " << ya << ", CPU " << cpu;
+      ++wrong;
+    }
+  }
+  std::printf("[encode-fast] division check: %llu samples, %llu passed the check, %llu wrong, %llu near-boundary passed\n",
+              static_cast<unsigned long long>(checked), static_cast<unsigned long long>(passed),
+              static_cast<unsigned long long>(wrong), static_cast<unsigned long long>(near_passed));
+  EXPECT_EQ(wrong, 0u);
+  EXPECT_EQ(near_passed, 0u) << "a quotient within 10 float64 ulps of a rounding boundary passed the check";
+  // Typical quotients fail the check with probability ≈ 2⁻¹⁷ (the fast path must stay the common path).
+  EXPECT_GE(typical_passed * 1000, typical * 999) << typical_passed << " of " << typical << " typical samples passed";
+}
+
 // compute-sanitizer (memcheck, racecheck) runs *Small* tests: one short append per fast head_dim, with a
 // NaN row, a zero row and the ring.
 TEST(CudaEncodeSmall, OneShortAppendPerHeadDim) {
