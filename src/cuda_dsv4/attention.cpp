@@ -40,12 +40,13 @@ struct SplitPlan {
   std::uint32_t split_rows = detail::kAttnTileRows;
 };
 
-// About two waves of two resident blocks per multiprocessor, whole tiles per split.
+// About two waves of resident blocks (one 512-thread block per multiprocessor), whole tiles per split.
 SplitPlan plan_splits(std::uint32_t count, std::uint32_t heads, std::uint32_t max_rows) {
   const std::uint64_t tiles = std::max<std::uint64_t>(1, (std::uint64_t{max_rows} + detail::kAttnTileRows - 1) / detail::kAttnTileRows);
-  const std::uint64_t base = std::max<std::uint64_t>(1, std::uint64_t{count} * (heads / detail::kAttnHeadGroup));
-  const std::uint64_t target = 4ull * static_cast<std::uint64_t>(multiprocessors());
-  std::uint64_t splits = std::clamp<std::uint64_t>((target + base - 1) / base, 1, tiles);
+  const std::uint64_t head_blocks = (heads + detail::kAttnBlockHeads - 1) / detail::kAttnBlockHeads;
+  const std::uint64_t base = std::max<std::uint64_t>(1, std::uint64_t{count} * head_blocks);
+  const std::uint64_t target = 2ull * static_cast<std::uint64_t>(multiprocessors());
+  std::uint64_t splits = std::clamp<std::uint64_t>((target + base - 1) / base, 1, std::min<std::uint64_t>(tiles, detail::kAttnMaxSplits));
   const std::uint64_t tiles_per_split = (tiles + splits - 1) / splits;
   splits = (tiles + tiles_per_split - 1) / tiles_per_split;
   SplitPlan plan;

@@ -97,11 +97,14 @@ Status indexer_scores(const IndexerScoreArgs& a, void* stream) {
   p.storage = storage;
   p.row_bytes = static_cast<std::uint32_t>(kvcompact::dsv4::indexer_row_bytes(a.storage));
   p.score_stride = a.score_stride;
-  // Enough blocks for about four per multiprocessor in total; a block loops over its token's tiles.
+  // About three resident blocks per multiprocessor in total; a block loops over its token's tiles (the next
+  // tile's bytes load while the current one is scored).
   const std::uint64_t tiles = (std::uint64_t{a.max_visible} + detail::kScoreTileRows - 1) / detail::kScoreTileRows;
-  const std::uint64_t want = (8ull * static_cast<std::uint64_t>(multiprocessors()) + a.count - 1) / a.count;
+  const std::uint64_t want = (3ull * static_cast<std::uint64_t>(multiprocessors()) + a.count - 1) / a.count;
   p.blocks_per_token = static_cast<std::uint32_t>(std::min<std::uint64_t>(tiles, std::max<std::uint64_t>(want, 1)));
   if (p.blocks_per_token == 0) return ok_status();
+  static const cudaError_t prepared = detail::prepare_indexer_scores();
+  KVC_CUDA_TRY(prepared);
   KVC_CUDA_TRY(detail::launch_indexer_scores(p, static_cast<cudaStream_t>(stream)));
   return ok_status();
 }

@@ -7,15 +7,19 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <map>
+#include <mutex>
 #include <numeric>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "kvcompact/cuda/dsv4_kernels.hpp"
@@ -36,6 +40,24 @@ namespace kd = kvcompact::dsv4;
     if (device_count() == 0) GTEST_SKIP() << "no CUDA device (cudaGetDeviceCount reports none)"; \
   } while (0)
 
+// A kernel that never returns would stall the whole GPU run: the first kernel test arms a watchdog that ends
+// the process after DSV4_KERNELS_WATCHDOG_S seconds (default 600; 0 disables it).
+void arm_watchdog() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    const char* env = std::getenv("DSV4_KERNELS_WATCHDOG_S");
+    const int secs = env != nullptr ? std::atoi(env) : 600;
+    if (secs <= 0) return;
+    std::thread([secs] {
+      std::this_thread::sleep_for(std::chrono::seconds(secs));
+      std::fprintf(stderr, "[dsv4-kernels] watchdog: still running after %d s, ending the process\n", secs);
+      std::fflush(stdout);
+      std::fflush(stderr);
+      std::_Exit(3);
+    }).detach();
+  });
+}
+
 std::uint64_t fresh_seed() {
   std::random_device rd;
   return (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
@@ -47,7 +69,14 @@ T take(Result<T>&& r) {
   return std::move(r).value();
 }
 
-void check(const Status& st, const char* what) { ASSERT_TRUE(st.ok()) << what << ": " << st.error().to_string(); }
+void check(const Status& st, const char* what) {
+  ASSERT_TRUE(st.ok()) << what << ": " << st.error().to_string();
+  if (std::getenv("DSV4_KERNELS_TRACE") != nullptr) {
+    const Status s2 = synchronize();
+    std::printf("[dsv4-kernels] trace: %s done (%s)\n", what, s2.ok() ? "ok" : s2.error().to_string().c_str());
+    std::fflush(stdout);
+  }
+}
 
 DeviceBuffer alloc(std::uint64_t bytes) {
   auto r = DeviceBuffer::allocate(std::max<std::uint64_t>(bytes, 16));
@@ -133,6 +162,7 @@ struct IndexerCase {
 };
 
 void run_indexer_case(const IndexerCase& c) {
+  arm_watchdog();
   const std::uint64_t seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed) + " case " + c.name);
   std::mt19937_64 rng(seed);
@@ -271,6 +301,7 @@ void run_indexer_case(const IndexerCase& c) {
 // ---- top-k alone on constructed scores --------------------------------------------------------------------
 
 void run_topk_case(const std::string& name, const std::vector<std::vector<float>>& per_token, std::uint32_t k) {
+  arm_watchdog();
   const std::uint32_t count = static_cast<std::uint32_t>(per_token.size());
   std::uint32_t max_rows = 0;
   for (const auto& s : per_token) max_rows = std::max<std::uint32_t>(max_rows, static_cast<std::uint32_t>(s.size()));
@@ -352,6 +383,7 @@ std::vector<float> model_attention_row(std::mt19937_64& rng, kd::RowStorage stor
 }
 
 void run_attention_case(const AttnCase& c) {
+  arm_watchdog();
   const std::uint64_t seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed) + " case " + c.name);
   std::mt19937_64 rng(seed);
