@@ -697,7 +697,7 @@ EncodePath encode_path(const EncodeParams& p) {
 }
 
 cudaError_t launch_encode(const EncodeParams& p, cudaStream_t stream, bool force_general) {
-  if (p.rows == 0) return cudaSuccess;
+  if (p.rows == 0 || p.kv_heads == 0) return cudaSuccess;  // nothing to encode (and no empty grid to launch)
   if (!force_general && encode_path(p) == EncodePath::Fast) {
     const auto total = static_cast<std::uint32_t>(fast_steps(p));
     if (p.head_dim == 64) return launch_fast_dtype<64>(p, total, stream);
