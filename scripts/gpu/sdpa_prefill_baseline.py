@@ -72,7 +72,18 @@ def main():
     gqa = hq // hkv
     chunk = args.chunk
     contexts = [8192, 32768] if args.quick else [8192, 32768, 131072]
-    rows = []
+    # Rows are written as they come, so a run stopped by the step's timeout still leaves its measurements.
+    out_csv = open(args.csv, "w")
+    out_csv.write("kind,backend,context,chunk,us,tflops,ok\n")
+    out_csv.flush()
+
+    class Rows(list):
+        def append(self, r):
+            super().append(r)
+            out_csv.write(f"{r[0]},{r[1]},{r[2]},{r[3]},{r[4]:.3f},{r[5]:.2f},{r[6]}\n")
+            out_csv.flush()
+
+    rows = Rows()
     for ctx in contexts:
         if time.time() - t_start > args.budget_s:
             print(f"time budget spent: skipping ctx {ctx}", flush=True)
@@ -179,10 +190,7 @@ def main():
             rows.append(("sdpa", label, ctx, chunk, us, tflops, int(ok)))
         del q, k, v, kx, vx, mask
         torch.cuda.empty_cache()
-    with open(args.csv, "w") as f:
-        f.write("kind,backend,context,chunk,us,tflops,ok\n")
-        for r in rows:
-            f.write(f"{r[0]},{r[1]},{r[2]},{r[3]},{r[4]:.3f},{r[5]:.2f},{r[6]}\n")
+    out_csv.close()
     return 0
 
 

@@ -15,18 +15,18 @@ OURS="$OUT/tq_prefill_ours.csv.tmp"
 BASE="$OUT/tq_prefill_sdpa.csv.tmp"
 rm -f "$OURS" "$BASE"
 if [ -x "$BIN" ]; then
-  timeout -k 5 40 "$BIN" $QUICK --csv "$OURS" > "$OUT/tq_prefill_bench.log" 2>&1
+  timeout -k 3 30 "$BIN" $QUICK --csv "$OURS" > "$OUT/tq_prefill_bench.log" 2>&1
   echo "prefill bench exit code: $? (124 = timed out)"
   grep -vE "^$" "$OUT/tq_prefill_bench.log" | head -16
 else
   echo "missing $BIN (not built?)"
 fi
-PYTHONUNBUFFERED=1 timeout -k 5 42 python3 scripts/gpu/sdpa_prefill_baseline.py $QUICK --budget-s 30 --csv "$BASE" \
+PYTHONUNBUFFERED=1 timeout -k 3 40 python3 scripts/gpu/sdpa_prefill_baseline.py $QUICK --budget-s 25 --csv "$BASE" \
   > "$OUT/tq_prefill_sdpa.log" 2>&1
 echo "sdpa baseline exit code: $? (124 = timed out)"
 grep -E "^torch|^sdpa|budget" "$OUT/tq_prefill_sdpa.log" | head -30
 echo "sdpa variants a backend refused: $(grep -c unavailable "$OUT/tq_prefill_sdpa.log") (details in tq_prefill_sdpa.log)"
-timeout 10 python3 - "$OURS" "$BASE" "$OUT/tq_prefill.csv" <<'PY'
+timeout -k 2 8 python3 - "$OURS" "$BASE" "$OUT/tq_prefill.csv" <<'PY'
 import csv, os, sys
 ours_path, base_path, out_path = sys.argv[1:4]
 def read(p):
