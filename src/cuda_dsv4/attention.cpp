@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 
 #include "cuda/check.hpp"
 #include "kernels_params.hpp"
@@ -85,6 +86,10 @@ Status sparse_attention(const AttentionArgs& a, void* workspace, std::uint64_t w
   }
   if (a.tokens == nullptr || a.q == nullptr || a.out == nullptr || workspace == nullptr) {
     return make_error(ErrorCode::InvalidArgument, "sparse_attention needs tokens, q, out and a workspace");
+  }
+  if (reinterpret_cast<std::uintptr_t>(a.q) % 16 != 0 || reinterpret_cast<std::uintptr_t>(a.out) % 16 != 0 ||
+      reinterpret_cast<std::uintptr_t>(workspace) % 16 != 0) {
+    return make_error(ErrorCode::InvalidArgument, "sparse_attention: q, out and the workspace must be 16-byte aligned");
   }
   if (a.ratio == 4 && (a.indices == nullptr || a.index_stride < a.index_topk || a.index_topk == 0)) {
     return make_error(ErrorCode::InvalidArgument,

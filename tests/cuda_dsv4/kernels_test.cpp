@@ -544,6 +544,43 @@ TEST(CudaDsv4KernelsSmall, AttentionTiny) {
   run_attention_case(c);
 }
 
+// Host-side argument checks: no device needed (they fail before any CUDA call), so CI runs them too.
+TEST(CudaDsv4KernelsArgs, InvalidArgumentsAreRejected) {
+  EXPECT_EQ(topk_max_rows(512), 524288u);
+  EXPECT_EQ(topk_max_rows(1024), 262144u);
+  EXPECT_EQ(topk_max_rows(0), 0u);
+  EXPECT_EQ(topk_max_rows(4096), 0u);
+  alignas(16) static float dummy[64];
+  auto code = [](const Status& st) { return st.ok() ? ErrorCode::Internal : st.error().code; };
+  EXPECT_EQ(code(indexer_prepare_queries(dummy, 1, 65, false, dummy, 1 << 20, nullptr)), ErrorCode::InvalidArgument);
+  EXPECT_EQ(code(indexer_prepare_queries(nullptr, 1, 64, false, dummy, 1 << 20, nullptr)), ErrorCode::InvalidArgument);
+  EXPECT_EQ(code(indexer_prepare_queries(dummy + 1, 1, 64, false, dummy, 1 << 20, nullptr)), ErrorCode::InvalidArgument);
+  EXPECT_EQ(code(indexer_prepare_queries(dummy, 2, 64, false, dummy, 16, nullptr)), ErrorCode::InvalidArgument);
+  EXPECT_TRUE(indexer_prepare_queries(dummy, 0, 64, false, nullptr, 0, nullptr).ok());  // nothing to do
+  IndexerScoreArgs sa;
+  sa.count = 1;
+  sa.heads = 0;
+  EXPECT_EQ(code(indexer_scores(sa, nullptr)), ErrorCode::InvalidArgument);
+  sa.heads = 64;
+  EXPECT_EQ(code(indexer_scores(sa, nullptr)), ErrorCode::InvalidArgument);  // null pointers
+  TopkArgs ta;
+  ta.count = 1;
+  ta.k = 0;
+  EXPECT_EQ(code(indexer_topk(ta, dummy, 1 << 20, nullptr)), ErrorCode::InvalidArgument);
+  ta.k = 512;
+  ta.max_rows = 524289;
+  EXPECT_EQ(code(indexer_topk(ta, dummy, 1 << 20, nullptr)), ErrorCode::Unsupported);
+  AttentionArgs aa;
+  aa.count = 1;
+  aa.heads = 20;
+  EXPECT_EQ(code(sparse_attention(aa, dummy, 1 << 20, nullptr)), ErrorCode::InvalidArgument);
+  aa.heads = 64;
+  aa.ratio = 8;
+  EXPECT_EQ(code(sparse_attention(aa, dummy, 1 << 20, nullptr)), ErrorCode::InvalidArgument);
+  aa.ratio = 4;  // tokens / q / out missing
+  EXPECT_EQ(code(sparse_attention(aa, dummy, 1 << 20, nullptr)), ErrorCode::InvalidArgument);
+}
+
 TEST(CudaDsv4Kernels, IndexerMatchesCpuBitForBit) {
   SKIP_WITHOUT_GPU();
   for (auto st : {kd::IndexerStorage::Mxfp4, kd::IndexerStorage::Fp8, kd::IndexerStorage::Bf16}) {

@@ -5,6 +5,7 @@
 // the inverse RoPE on the output tail. Every function works on device pointers to rows in the CPU storage
 // layouts (kvcompact/dsv4/storage.hpp), allocates nothing (caller-provided workspaces) and only enqueues
 // work on `stream` (a cudaStream_t; null = default stream), so it can be captured in a CUDA graph.
+// Queries, outputs and workspaces must be 16-byte aligned (checked: InvalidArgument).
 // No CUDA header is included here.
 #pragma once
 
