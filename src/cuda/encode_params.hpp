@@ -37,7 +37,7 @@ enum class EncodePath : std::uint32_t { General = 0, Fast = 1 };
 EncodePath encode_path(const EncodeParams& p);
 
 // Picks the fast kernel when encode_path says so, the general one otherwise; sizes the grid itself.
-// `force_general` runs the general kernel whatever the shape (tests compare the two).
+// `force_general` runs the general kernel whatever the shape (the encode benchmark compares the two).
 cudaError_t launch_encode(const EncodeParams& p, cudaStream_t stream, bool force_general = false);
 
 }  // namespace kvcompact::cuda::tq::detail
