@@ -407,6 +407,7 @@ int main(int argc, char** argv) {
           std::fprintf(csv, "decode,%s,%u,%llu,%.2f,%.2f,%.2f,%.2f,%llu,%.2f,%.3f\n", st.name, b,
                        static_cast<unsigned long long>(ctx), us, gus, ius, aus, static_cast<unsigned long long>(S.bytes),
                        floor_us, best / floor_us);
+          std::fflush(csv);
         }
       }
     }
@@ -424,6 +425,7 @@ int main(int argc, char** argv) {
       if (csv != nullptr) {
         std::fprintf(csv, "prefill4096,%s,1,65536,%.2f,0,%.2f,%.2f,%llu,0,0\n", st.name, us, ius, aus,
                      static_cast<unsigned long long>(S.bytes));
+        std::fflush(csv);
       }
     }
   }
