@@ -14,11 +14,11 @@ BIN="$BUILD/src/cuda/bench/kvcompact_cuda_dsv4_decode_bench"
 TMP="$(mktemp -d)"
 if [ ! -x "$BIN" ]; then echo "dsv4_decode: $BIN not built"; exit 1; fi
 t0=$(date +%s)
-timeout 75 "$BIN" $QUICK --csv "$TMP/ours.csv" > "$OUT/dsv4_decode_bench.log" 2>&1
+timeout 65 "$BIN" $QUICK --csv "$TMP/ours.csv" > "$OUT/dsv4_decode_bench.log" 2>&1
 echo "ours: exit $? in $(( $(date +%s) - t0 )) s (log: dsv4_decode_bench.log)"
 grep -E "^(device|model|copy)|scalar-path|prefill 4096" "$OUT/dsv4_decode_bench.log"
 t1=$(date +%s)
-PYTHONUNBUFFERED=1 timeout 60 python3 scripts/gpu/dsv4_torch_baseline.py $QUICK --csv "$TMP/torch.csv" \
+PYTHONUNBUFFERED=1 timeout 22 python3 scripts/gpu/dsv4_torch_baseline.py $QUICK --csv "$TMP/torch.csv" \
   > "$OUT/dsv4_torch.log" 2>&1
 echo "torch: exit $? in $(( $(date +%s) - t1 )) s (log: dsv4_torch.log)"
 python3 - "$TMP/ours.csv" "$TMP/torch.csv" "$OUT/dsv4_decode.csv" <<'PY'
