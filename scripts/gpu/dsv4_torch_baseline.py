@@ -152,7 +152,10 @@ def main():
     print(f"torch {torch.__version__} on {torch.cuda.get_device_name(0)}")
     contexts = [65536, 1048576] if args.quick else [65536, 262144, 1048576]
     reps = 3 if args.quick else 5
-    rows = []
+    out = open(args.csv, "w") if args.csv else None
+    if out:
+        out.write("storage,batch,context,torch_us\n")
+        out.flush()
     print(f"{'storage':<8} {'batch':>5} {'context':>8} {'torch_us':>10}")
     for storage in ["bf16", "fp8"]:
         for ctx in contexts:
@@ -163,12 +166,11 @@ def main():
                     torch.cuda.empty_cache()
                     us = float("nan")
                 print(f"{storage:<8} {batch:>5} {ctx:>8} {us:>10.1f}", flush=True)
-                rows.append((storage, batch, ctx, us))
-    if args.csv:
-        with open(args.csv, "w") as f:
-            f.write("storage,batch,context,torch_us\n")
-            for r in rows:
-                f.write(f"{r[0]},{r[1]},{r[2]},{r[3]:.2f}\n")
+                if out:
+                    out.write(f"{storage},{batch},{ctx},{us:.2f}\n")
+                    out.flush()
+    if out:
+        out.close()
     return 0
 
 
