@@ -30,7 +30,6 @@ struct PrefillParams {
   std::uint32_t tiles;             // blocks along the query tokens (grid x)
   std::uint32_t batch;
   std::uint32_t key_code_bits, value_bits, qjl, split_p;
-  std::uint32_t key_lo;  // 1: key centroids also as fp16 remainders (key code bits ≥ 4), see tq_prefill.cu
   std::uint32_t kc_bytes, ks_bytes, vc_bytes;  // packed bytes per token of key codes, key signs, value codes
   float scale_log2;  // softmax scale · log2(e)
 };
@@ -38,12 +37,12 @@ struct PrefillParams {
 // Query rows (query tokens × heads of the GQA group) one block handles for this head_dim / mode; 0 when
 // there is no kernel (head_dim other than 64, 128, 256).
 std::uint32_t prefill_block_rows(std::uint32_t head_dim, bool qjl);
-// Dynamic shared memory of that kernel instance (key_lo: with the key remainder tile); 0 when there is none.
-std::uint32_t prefill_smem_bytes(std::uint32_t head_dim, bool qjl, bool key_lo);
-// Raises the kernel's dynamic shared-memory limit to its larger size (host side, once per plan).
+// Dynamic shared memory of that kernel instance; 0 when there is none.
+std::uint32_t prefill_smem_bytes(std::uint32_t head_dim, bool qjl);
+// Raises the kernel's dynamic shared-memory limit (host side, once per plan).
 cudaError_t prepare_prefill(std::uint32_t head_dim, bool qjl, bool split_p);
 // Resident blocks per multiprocessor (occupancy calculator; 0 when there is no kernel).
-int prefill_blocks_per_sm(std::uint32_t head_dim, bool qjl, bool split_p, bool key_lo);
+int prefill_blocks_per_sm(std::uint32_t head_dim, bool qjl, bool split_p);
 // The fused prefill kernel on `stream`; grid (tiles, kv_heads · head_groups, batch).
 cudaError_t launch_prefill(const PrefillParams& p, cudaStream_t stream);
 

@@ -77,7 +77,7 @@ Result<PrefillPlan> plan_prefill(const LayerLayout& layout, const kvcompact::tq:
   plan.tiles = static_cast<std::uint32_t>(tiles);
   const bool split_p = precision == PrefillPrecision::HiLo;
   KVC_CUDA_TRY(detail::prepare_prefill(layout.head_dim, qjl, split_p));
-  plan.blocks_per_sm = detail::prefill_blocks_per_sm(layout.head_dim, qjl, split_p, config.key_code_bits() >= 4);
+  plan.blocks_per_sm = detail::prefill_blocks_per_sm(layout.head_dim, qjl, split_p);
   (void)multiprocessors;
   plan.workspace_bytes = 0;
   return plan;
@@ -152,7 +152,6 @@ Status prefill_attention(const PrefillPlan& plan, const DeviceCodec& codec, cons
   p.value_bits = plan.config.value_bits;
   p.qjl = plan.config.has_qjl() ? 1u : 0u;
   p.split_p = plan.precision == PrefillPrecision::HiLo ? 1u : 0u;
-  p.key_lo = plan.config.key_code_bits() >= 4 ? 1u : 0u;
   p.kc_bytes = layout.token.key_codes;
   p.ks_bytes = layout.token.key_signs;
   p.vc_bytes = layout.token.value_codes;

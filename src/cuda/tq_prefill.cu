@@ -63,16 +63,12 @@ struct Cfg {
   // kscale, sscale, vfac [kBN]; rowfac_c, rowfac_s, row_m, row_l, row_limit [kRows]; two 32-entry fp16 lookup
   // tables, two 64-entry pair tables (half2 of two coordinates) and the 16-entry sign table (uint2); misc
   // (running value-norm maximum R, rescale ratio).
-  static constexpr unsigned small = 4u * (3u * kBN + 5u * kRows) + 3u * 64u + 2u * 256u + 128u + 16u;
-  // The fp16 remainders of the key centroids (4- and 5-bit key codes only) go last, so every other offset is
-  // a constant and launches without them leave that tile out of the dynamic shared memory.
-  static constexpr unsigned klo_offset = round16(q_area + tiles + 2u * stage + small);
-  static constexpr unsigned total = klo_offset + tile;
+  static constexpr unsigned small = 4u * (3u * kBN + 5u * kRows) + 2u * 64u + 2u * 256u + 128u + 16u;
+  static constexpr unsigned total = q_area + tiles + 2u * stage + small;
   // Two resident blocks when their shared memory fits (228 KB per multiprocessor, 1 KB reserved per block);
   // the register limit of __launch_bounds__ follows.
   static constexpr unsigned kMinBlocks = (kWarps <= 8 && 2u * (total + 1024u) <= 228u * 1024u) ? 2u : 1u;
   static_assert(kWarps * 2u * D * 4u <= tiles, "query preparation scratch must fit in the tile area");
-  static constexpr unsigned smem_bytes(bool key_lo) { return key_lo ? total : klo_offset; }
   static_assert(total <= 227u * 1024u, "shared memory of one block");
 };
 
@@ -234,11 +230,6 @@ __global__ void __launch_bounds__(Cfg<D, QJL>::kThreads, Cfg<D, QJL>::kMinBlocks
   std::uint8_t* kt = smem + C::q_area;
   std::uint8_t* kst = kt + C::tile;  // QJL only
   std::uint8_t* vt = kt + C::tile * (QJL ? 2u : 1u);
-  // 16- and 32-entry codebooks cannot all be made fp16-exact by α (residuals up to 1–2·10⁻⁴ relative, which
-  // the scores would carry as a systematic error): their keys also get a remainder tile, multiplied by the
-  // query's hi part (a third MMA per step). 1- to 3-bit codes (residual ≤ 4·10⁻⁵) skip it and its memory.
-  const bool klo = p.key_lo != 0;
-  std::uint8_t* klt = smem + C::klo_offset;  // key centroid remainders (klo only)
   std::uint8_t* stage0 = kt + C::tiles;
   float* kscale = reinterpret_cast<float*>(stage0 + 2u * C::stage);
   float* sscale = kscale + kBN;
@@ -250,8 +241,7 @@ __global__ void __launch_bounds__(Cfg<D, QJL>::kThreads, Cfg<D, QJL>::kMinBlocks
   std::uint32_t* row_limit = reinterpret_cast<std::uint32_t*>(row_l + kRows);
   unsigned short* lut_k = reinterpret_cast<unsigned short*>(row_limit + kRows);
   unsigned short* lut_v = lut_k + 32;
-  unsigned short* lut_klo = lut_v + 32;
-  std::uint32_t* pair_k = reinterpret_cast<std::uint32_t*>(lut_klo + 32);
+  std::uint32_t* pair_k = reinterpret_cast<std::uint32_t*>(lut_v + 32);
   std::uint32_t* pair_v = pair_k + 64;
   uint2* lut_s = reinterpret_cast<uint2*>(pair_v + 64);
   float* misc = reinterpret_cast<float*>(lut_s + 16);
@@ -293,10 +283,7 @@ __global__ void __launch_bounds__(Cfg<D, QJL>::kThreads, Cfg<D, QJL>::kMinBlocks
     row_limit[r] = valid ? static_cast<std::uint32_t>(min(pos1, static_cast<std::uint64_t>(kend))) : 0u;
   }
   if (tid < 32) {
-    const float kc = t.key_lut_scale * t.key_centroids[tid];
-    const __half kh = __float2half_rn(kc);
-    lut_k[tid] = __half_as_ushort(kh);
-    lut_klo[tid] = __half_as_ushort(__float2half_rn(kc - __half2float(kh)));
+    lut_k[tid] = __half_as_ushort(__float2half_rn(t.key_lut_scale * t.key_centroids[tid]));
     lut_v[tid] = __half_as_ushort(__float2half_rn(t.value_lut_scale * t.value_centroids[tid]));
   }
   if (tid < 64) {
@@ -412,10 +399,6 @@ __global__ void __launch_bounds__(Cfg<D, QJL>::kThreads, Cfg<D, QJL>::kMinBlocks
             s.kc, kc_shift + tt * p.kc_bytes + gg * p.key_code_bits, p.key_code_bits, lut_k, pair_k);
         *reinterpret_cast<uint4*>(vt + tt * RB + gg * 16u) = dequant_group(
             s.vc, vc_shift + tt * p.vc_bytes + gg * p.value_bits, p.value_bits, lut_v, pair_v);
-        if (klo) {
-          *reinterpret_cast<uint4*>(klt + tt * RB + gg * 16u) = dequant_group(
-              s.kc, kc_shift + tt * p.kc_bytes + gg * p.key_code_bits, p.key_code_bits, lut_klo, pair_k);
-        }
         if constexpr (QJL) {
           const std::uint32_t byte = ks[tt * p.ks_bytes + gg];
           const uint2 lo = lut_s[byte & 15u], hi = lut_s[byte >> 4];
@@ -474,17 +457,6 @@ __global__ void __launch_bounds__(Cfg<D, QJL>::kThreads, Cfg<D, QJL>::kMinBlocks
       for (unsigned np = 0; np < kNT / 2; ++np) {
         mma16816(sc[2 * np], al, b[np][0], b[np][1]);
         mma16816(sc[2 * np + 1], al, b[np][2], b[np][3]);
-      }
-      if (klo) {
-#pragma unroll
-        for (unsigned np = 0; np < kNT / 2; ++np) {
-          ldmatrix_x4(b[np], klt + (np * 16u + (lane >> 4) * 8u + (lane & 7u)) * RB + (kk * 16u + ((lane >> 3) & 1u) * 8u) * 2u);
-        }
-#pragma unroll
-        for (unsigned np = 0; np < kNT / 2; ++np) {
-          mma16816(sc[2 * np], ah, b[np][0], b[np][1]);
-          mma16816(sc[2 * np + 1], ah, b[np][2], b[np][3]);
-        }
       }
       if constexpr (QJL) {
         const uint4 jh = reinterpret_cast<const uint4*>(jhi)[(warp * kKS + kk) * 32u + lane];
@@ -668,11 +640,11 @@ __global__ void __launch_bounds__(Cfg<D, QJL>::kThreads, Cfg<D, QJL>::kMinBlocks
 
 using KernelFn = void (*)(PrefillParams);
 
-KernelFn pick(std::uint32_t d, bool qjl, bool split_p, bool key_lo, std::uint32_t* smem, std::uint32_t* threads,
+KernelFn pick(std::uint32_t d, bool qjl, bool split_p, std::uint32_t* smem, std::uint32_t* threads,
               std::uint32_t* rows) {
 #define KVC_PREFILL_CASE(DV, QV)                                                        \
   if (d == DV && qjl == QV) {                                                           \
-    *smem = Cfg<DV, QV>::smem_bytes(key_lo);                                            \
+    *smem = Cfg<DV, QV>::total;                                                         \
     *threads = Cfg<DV, QV>::kThreads;                                                   \
     *rows = Cfg<DV, QV>::kRows;                                                         \
     return split_p ? prefill_kernel<DV, QV, true> : prefill_kernel<DV, QV, false>;      \
@@ -688,24 +660,24 @@ KernelFn pick(std::uint32_t d, bool qjl, bool split_p, bool key_lo, std::uint32_
 
 std::uint32_t prefill_block_rows(std::uint32_t head_dim, bool qjl) {
   std::uint32_t smem = 0, threads = 0, rows = 0;
-  return pick(head_dim, qjl, true, true, &smem, &threads, &rows) != nullptr ? rows : 0u;
+  return pick(head_dim, qjl, true, &smem, &threads, &rows) != nullptr ? rows : 0u;
 }
 
-std::uint32_t prefill_smem_bytes(std::uint32_t head_dim, bool qjl, bool key_lo) {
+std::uint32_t prefill_smem_bytes(std::uint32_t head_dim, bool qjl) {
   std::uint32_t smem = 0, threads = 0, rows = 0;
-  return pick(head_dim, qjl, true, key_lo, &smem, &threads, &rows) != nullptr ? smem : 0u;
+  return pick(head_dim, qjl, true, &smem, &threads, &rows) != nullptr ? smem : 0u;
 }
 
 cudaError_t prepare_prefill(std::uint32_t head_dim, bool qjl, bool split_p) {
   std::uint32_t smem = 0, threads = 0, rows = 0;
-  const KernelFn fn = pick(head_dim, qjl, split_p, true, &smem, &threads, &rows);  // the larger of both sizes
+  const KernelFn fn = pick(head_dim, qjl, split_p, &smem, &threads, &rows);
   if (fn == nullptr) return cudaErrorInvalidValue;
   return cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
 }
 
-int prefill_blocks_per_sm(std::uint32_t head_dim, bool qjl, bool split_p, bool key_lo) {
+int prefill_blocks_per_sm(std::uint32_t head_dim, bool qjl, bool split_p) {
   std::uint32_t smem = 0, threads = 0, rows = 0;
-  const KernelFn fn = pick(head_dim, qjl, split_p, key_lo, &smem, &threads, &rows);
+  const KernelFn fn = pick(head_dim, qjl, split_p, &smem, &threads, &rows);
   int blocks = 0;
   if (fn == nullptr ||
       cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, fn, static_cast<int>(threads), smem) != cudaSuccess) {
@@ -717,7 +689,7 @@ int prefill_blocks_per_sm(std::uint32_t head_dim, bool qjl, bool split_p, bool k
 
 cudaError_t launch_prefill(const PrefillParams& p, cudaStream_t stream) {
   std::uint32_t smem = 0, threads = 0, rows = 0;
-  const KernelFn fn = pick(p.head_dim, p.qjl != 0, p.split_p != 0, p.key_lo != 0, &smem, &threads, &rows);
+  const KernelFn fn = pick(p.head_dim, p.qjl != 0, p.split_p != 0, &smem, &threads, &rows);
   if (fn == nullptr) return cudaErrorInvalidValue;
   if (p.batch == 0 || p.tiles == 0) return cudaSuccess;
   const dim3 grid(p.tiles, p.kv_heads * p.head_groups, p.batch);
