@@ -316,11 +316,11 @@ __device__ __noinline__ Row32 divide_exact(const uint4* cur, const uint4* masks,
     const float pr = __fmul_rn(x, rh);
     const float er = __fmaf_rn(x, rh, -pr);
     const float tt = __fmaf_rn(x, rl, er);
-    const float dl = __fmaf_rn(fabsf(pr), 0x1p-42f, 0x1p-142f);
+    const float dl = __fmul_rn(fabsf(pr), 0x1p-42f);
     const float ya = __fadd_rn(pr, __fadd_rn(tt, dl));
     const float yb = __fadd_rn(pr, __fsub_rn(tt, dl));
-    // x = 0 fails the check (δ ≥ 2⁻¹⁴²) but is exact: 0 / ‖x‖ = 0 with x's sign.
-    out.v[m] = fast_div && ya == yb ? ya : x == 0.0f ? x : divide_f64(x, norm);
+    const bool ok = fast_div && ya == yb && !(fabsf(pr) < 0x1p-100f && x != 0.0f);
+    out.v[m] = ok ? ya : divide_f64(x, norm);
   }
   return out;
 }
@@ -509,15 +509,12 @@ __global__ void __launch_bounds__(kEncodeFastWarps * 32, 2) encode_fast_kernel(E
   const std::uint32_t stride = gridDim.x * kEncodeFastWarps;
   std::uint32_t g = blockIdx.x * kEncodeFastWarps + warp;
 
-  // step g -> (kind, position block, head): all keys first, then all values, so that at any time the SMs run
-  // one kind's tail (a smaller hot loop for the instruction cache); neighbouring warps read neighbouring heads
-  // of the same rows.
-  const std::uint32_t steps_per_kind = pblocks * H;
+  // step g -> (position block, kind, head): neighbouring warps read neighbouring heads of the same rows.
   auto locate = [&](std::uint32_t gg, std::uint32_t& pb, std::uint32_t& kind, std::uint32_t& head) {
-    kind = gg >= steps_per_kind ? 1u : 0u;
-    const std::uint32_t rem = gg - kind * steps_per_kind;
-    pb = rem / H;
-    head = rem - pb * H;
+    pb = gg / (2u * H);
+    const std::uint32_t rem = gg - pb * 2u * H;
+    kind = rem >= H ? 1u : 0u;
+    head = rem - kind * H;
   };
 
   extern __shared__ uint4 ring_all[];
@@ -592,9 +589,8 @@ __global__ void __launch_bounds__(kEncodeFastWarps * 32, 2) encode_fast_kernel(E
     if (valid && t == 0 && p.status != nullptr && (!finite || overflow)) atomicOr(p.status, !finite ? 1u : 2u);
 
     // y = float(x / ‖x‖) (float64 division on the CPU). Fast form: x·(r_hi + r_lo) with r = RN(1/‖x‖) as a
-    // float-float; yA, yB round the estimate ± δ (δ = 2⁻⁴²|p| + 2⁻¹⁴², ≈ 10× its error bound, underflow
-    // included): when they agree, no float rounding boundary lies near x/‖x‖, so both roundings of the CPU
-    // give yA (docs/cuda-encode.md). Disagreement (≈ 2⁻¹⁷ per coordinate, and every x = 0) goes out of line.
+    // float-float; yA, yB round the estimate ± δ (δ = 2⁻⁴²|p|, ≈ 10× its error bound): when they agree, no
+    // float rounding boundary lies near x/‖x‖, so both roundings of the CPU give yA (docs/cuda-encode.md).
     const bool fast_div = norm >= 0x1p-60 && norm <= 0x1p60;
     float rh = 0.0f, rl = 0.0f;
     bool slow = false;
@@ -608,10 +604,10 @@ __global__ void __launch_bounds__(kEncodeFastWarps * 32, 2) encode_fast_kernel(E
         const float pr = __fmul_rn(x, rh);
         const float er = __fmaf_rn(x, rh, -pr);
         const float tt = __fmaf_rn(x, rl, er);
-        const float dl = __fmaf_rn(fabsf(pr), 0x1p-42f, 0x1p-142f);
+        const float dl = __fmul_rn(fabsf(pr), 0x1p-42f);
         const float ya = __fadd_rn(pr, __fadd_rn(tt, dl));
         const float yb = __fadd_rn(pr, __fsub_rn(tt, dl));
-        slow = slow || (ya != yb);
+        slow = slow || (ya != yb) || (fabsf(pr) < 0x1p-100f && x != 0.0f);
         y[m] = ya;
       }
     } else {
@@ -620,7 +616,7 @@ __global__ void __launch_bounds__(kEncodeFastWarps * 32, 2) encode_fast_kernel(E
       for (unsigned m = 0; m < 32; ++m) y[m] = 0.0f;
     }
     if (slow) {
-      // Rare (≈ 2⁻¹⁷ per coordinate, zero coordinates, extreme norms): out of line, off the hot code.
+      // Rare (≈ 2⁻¹⁷ per coordinate, tiny coordinates, extreme norms): out of line, off the hot code.
       const Row32 exact = divide_exact<DT>(cur, &pair_masks[0][threadIdx.x], lane, rh, rl, norm, good && fast_div);
 #pragma unroll
       for (unsigned m = 0; m < 32; ++m) y[m] = exact.v[m];
