@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "../../src/cuda/encode_params.hpp"
+#include "bench_util.hpp"
 #include "fill.hpp"
 #include "kvcompact/cuda/runtime.hpp"
 #include "kvcompact/cuda/tq.hpp"
@@ -23,54 +24,9 @@ namespace {
 
 using namespace kvcompact;
 
-#define BENCH_CHECK(expr)                                                                  \
-  do {                                                                                     \
-    const auto bench_r_ = (expr);                                                          \
-    if (!bench_r_.ok()) {                                                                  \
-      std::fprintf(stderr, "%s failed: %s\n", #expr, bench_r_.error().to_string().c_str()); \
-      std::exit(1);                                                                        \
-    }                                                                                      \
-  } while (0)
-#define CUDA_CHECK(expr)                                                            \
-  do {                                                                              \
-    const cudaError_t bench_e_ = (expr);                                            \
-    if (bench_e_ != cudaSuccess) {                                                  \
-      std::fprintf(stderr, "%s failed: %s\n", #expr, cudaGetErrorString(bench_e_)); \
-      std::exit(1);                                                                 \
-    }                                                                               \
-  } while (0)
-
-template <typename T>
-T take(Result<T>&& r, const char* what) {
-  if (!r.ok()) {
-    std::fprintf(stderr, "%s failed: %s\n", what, r.error().to_string().c_str());
-    std::exit(1);
-  }
-  return std::move(r).value();
-}
-
-template <typename F>
-double median_us(int warmup, int iters, F&& body) {
-  cudaEvent_t a, b;
-  CUDA_CHECK(cudaEventCreate(&a));
-  CUDA_CHECK(cudaEventCreate(&b));
-  for (int i = 0; i < warmup; ++i) body();
-  CUDA_CHECK(cudaDeviceSynchronize());
-  std::vector<double> t;
-  for (int i = 0; i < iters; ++i) {
-    CUDA_CHECK(cudaEventRecord(a));
-    body();
-    CUDA_CHECK(cudaEventRecord(b));
-    CUDA_CHECK(cudaEventSynchronize(b));
-    float ms = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
-    t.push_back(ms * 1000.0);
-  }
-  CUDA_CHECK(cudaEventDestroy(a));
-  CUDA_CHECK(cudaEventDestroy(b));
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
+using bench::median_us;
+using bench::regions_of;
+using bench::take;
 
 // The parameters encode_append builds, for calling the general kernel directly.
 cuda::tq::detail::EncodeParams params_of(const tq::LayerLayout& layout, const tq::QuantConfig& config,

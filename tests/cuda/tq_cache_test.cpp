@@ -20,9 +20,12 @@
 #include "kvcompact/tq/attention_oracle.hpp"
 #include "kvcompact/tq/cache.hpp"
 #include "unit/tq/attention_test_util.hpp"
+#include "cuda/cuda_test_util.hpp"
 
 namespace kvcompact::cuda::tq {
 namespace {
+
+using kvcompact::cuda::testing::take;
 
 using kvcompact::tq::AttentionOptions;
 using kvcompact::tq::AttentionRequest;
@@ -33,12 +36,6 @@ using kvcompact::tq::TurboQuantCache;
 using kvcompact::tq::testing::fresh_seed;
 using kvcompact::tq::testing::max_row_relative_error;
 using kvcompact::tq::testing::random_rows;
-
-template <typename T>
-T take(Result<T>&& r) {
-  EXPECT_TRUE(r.ok()) << r.error().to_string();
-  return std::move(r).value();
-}
 
 void expect_same_snapshot(const LayerSnapshot& a, const LayerSnapshot& b, const std::string& where) {
   EXPECT_EQ(a.length, b.length) << where;

@@ -21,9 +21,13 @@
 #include "kvcompact/tq/attention_oracle.hpp"
 #include "kvcompact/tq/cache.hpp"
 #include "unit/tq/attention_test_util.hpp"
+#include "cuda/cuda_test_util.hpp"
 
 namespace kvcompact::cuda::tq {
 namespace {
+
+using kvcompact::cuda::testing::take;
+using kvcompact::cuda::testing::to_dtype;
 
 using kvcompact::tq::AttentionOptions;
 using kvcompact::tq::AttentionRequest;
@@ -34,43 +38,10 @@ using kvcompact::tq::testing::fresh_seed;
 using kvcompact::tq::testing::max_row_relative_error;
 using kvcompact::tq::testing::random_rows;
 
-#define SKIP_WITHOUT_GPU()                                                                        \
-  do {                                                                                            \
-    if (device_count() == 0) GTEST_SKIP() << "no CUDA device (cudaGetDeviceCount reports none)"; \
-  } while (0)
-
-#define ASSERT_OK(expr)                                              \
-  do {                                                               \
-    const auto& kvc_r_ = (expr);                                     \
-    ASSERT_TRUE(kvc_r_.ok()) << #expr << ": " << kvc_r_.error().to_string(); \
-  } while (0)
-
-template <typename T>
-T take(Result<T>&& r) {
-  EXPECT_TRUE(r.ok()) << r.error().to_string();
-  return std::move(r).value();
-}
-
 QuantConfig parse_mode(const std::string& mode, std::uint64_t seed) {
   auto r = QuantConfig::parse(mode, seed);
   EXPECT_TRUE(r.ok()) << mode;
   return *r;
-}
-
-// Rows converted to the input dtype (bit patterns), and back to the f32 values the CPU encodes.
-std::vector<std::uint8_t> to_dtype(const std::vector<float>& rows, DType dtype) {
-  std::vector<std::uint8_t> out;
-  if (dtype == DType::F32) {
-    out.resize(rows.size() * 4);
-    std::memcpy(out.data(), rows.data(), out.size());
-    return out;
-  }
-  out.resize(rows.size() * 2);
-  for (std::size_t i = 0; i < rows.size(); ++i) {
-    const std::uint16_t h = dtype == DType::F16 ? f32_to_f16(rows[i]) : f32_to_bf16(rows[i]);
-    std::memcpy(out.data() + 2 * i, &h, 2);
-  }
-  return out;
 }
 
 struct RegionCount {

@@ -25,31 +25,18 @@
 #include "kvcompact/tq/layout.hpp"
 #include "kvcompact/tq/rotation.hpp"
 #include "unit/tq/attention_test_util.hpp"
+#include "cuda/cuda_test_util.hpp"
 
 namespace kvcompact::cuda::tq {
 namespace {
+
+using kvcompact::cuda::testing::take;
+using kvcompact::cuda::testing::to_dtype;
 
 using kvcompact::tq::KeyRecord;
 using kvcompact::tq::QuantConfig;
 using kvcompact::tq::ValueRecord;
 using kvcompact::tq::testing::fresh_seed;
-
-#define SKIP_WITHOUT_GPU()                                                                        \
-  do {                                                                                            \
-    if (device_count() == 0) GTEST_SKIP() << "no CUDA device (cudaGetDeviceCount reports none)"; \
-  } while (0)
-
-#define ASSERT_OK(expr)                                                     \
-  do {                                                                      \
-    const auto& kvc_r_ = (expr);                                            \
-    ASSERT_TRUE(kvc_r_.ok()) << #expr << ": " << kvc_r_.error().to_string(); \
-  } while (0)
-
-template <typename T>
-T take(Result<T>&& r) {
-  EXPECT_TRUE(r.ok()) << r.error().to_string();
-  return std::move(r).value();
-}
 
 // Row generators. Each append mixes these kinds row by row, so one warp step sees good and bad rows together.
 enum class RowKind {
@@ -189,21 +176,6 @@ struct Generator {
     return x;
   }
 };
-
-std::vector<std::uint8_t> to_dtype(const std::vector<float>& rows, DType dtype) {
-  std::vector<std::uint8_t> out;
-  if (dtype == DType::F32) {
-    out.resize(rows.size() * 4);
-    std::memcpy(out.data(), rows.data(), out.size());
-    return out;
-  }
-  out.resize(rows.size() * 2);
-  for (std::size_t i = 0; i < rows.size(); ++i) {
-    const std::uint16_t h = dtype == DType::F16 ? f32_to_f16(rows[i]) : f32_to_bf16(rows[i]);
-    std::memcpy(out.data() + 2 * i, &h, 2);
-  }
-  return out;
-}
 
 struct Append {
   std::uint32_t seq, position, rows;

@@ -22,9 +22,12 @@
 #include "kvcompact/tq/attention_oracle.hpp"
 #include "kvcompact/tq/cache.hpp"
 #include "unit/tq/attention_test_util.hpp"
+#include "cuda/cuda_test_util.hpp"
 
 namespace kvcompact::cuda::tq {
 namespace {
+
+using kvcompact::cuda::testing::take;
 
 using kvcompact::tq::AttentionOptions;
 using kvcompact::tq::AttentionRequest;
@@ -33,23 +36,6 @@ using kvcompact::tq::QuantConfig;
 using kvcompact::tq::TurboQuantCache;
 using kvcompact::tq::testing::fresh_seed;
 using kvcompact::tq::testing::random_rows;
-
-#define SKIP_WITHOUT_GPU()                                                                        \
-  do {                                                                                            \
-    if (device_count() == 0) GTEST_SKIP() << "no CUDA device (cudaGetDeviceCount reports none)"; \
-  } while (0)
-
-#define ASSERT_OK(expr)                                                      \
-  do {                                                                       \
-    const auto& kvc_r_ = (expr);                                             \
-    ASSERT_TRUE(kvc_r_.ok()) << #expr << ": " << kvc_r_.error().to_string(); \
-  } while (0)
-
-template <typename T>
-T take(Result<T>&& r) {
-  EXPECT_TRUE(r.ok()) << r.error().to_string();
-  return std::move(r).value();
-}
 
 // One batch entry: the cache sequence holds `length` tokens; the chunk's rows sit at [first, first + rows).
 struct Entry {

@@ -1,0 +1,99 @@
+// Shared pieces of the CUDA benchmarks (bench/cuda/*_bench.cpp): abort-on-error checks, CUDA-event median
+// timing, and the regions of a packed TurboQuant layer that fill_layer_random fills. Benchmarks are
+// programs, so a failed call prints what failed and exits.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "fill.hpp"
+#include "kvcompact/core/error.hpp"
+#include "kvcompact/tq/layout.hpp"
+
+#define BENCH_CHECK(expr)                                                                  \
+  do {                                                                                     \
+    const auto bench_r_ = (expr);                                                          \
+    if (!bench_r_.ok()) {                                                                  \
+      std::fprintf(stderr, "%s failed: %s\n", #expr, bench_r_.error().to_string().c_str()); \
+      std::exit(1);                                                                        \
+    }                                                                                      \
+  } while (0)
+#define CUDA_CHECK(expr)                                                            \
+  do {                                                                              \
+    const cudaError_t bench_e_ = (expr);                                            \
+    if (bench_e_ != cudaSuccess) {                                                  \
+      std::fprintf(stderr, "%s failed: %s\n", #expr, cudaGetErrorString(bench_e_)); \
+      std::exit(1);                                                                 \
+    }                                                                               \
+  } while (0)
+
+namespace kvcompact::bench {
+
+template <typename T>
+T take(Result<T>&& r, const char* what) {
+  if (!r.ok()) {
+    std::fprintf(stderr, "%s failed: %s\n", what, r.error().to_string().c_str());
+    std::exit(1);
+  }
+  return std::move(r).value();
+}
+
+// Median of `iters` CUDA-event-timed calls of body after `warmup` untimed ones, in µs. body() or body(i)
+// (i counts every call, warm-up included, so a caller can rotate over buffer copies).
+template <typename F>
+double median_us(int warmup, int iters, F&& body) {
+  auto call = [&](int i) {
+    if constexpr (std::is_invocable_v<F&, int>) {
+      body(i);
+    } else {
+      (void)i;
+      body();
+    }
+  };
+  cudaEvent_t a, b;
+  CUDA_CHECK(cudaEventCreate(&a));
+  CUDA_CHECK(cudaEventCreate(&b));
+  for (int i = 0; i < warmup; ++i) call(i);
+  CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<double> t;
+  for (int i = 0; i < iters; ++i) {
+    CUDA_CHECK(cudaEventRecord(a));
+    call(warmup + i);
+    CUDA_CHECK(cudaEventRecord(b));
+    CUDA_CHECK(cudaEventSynchronize(b));
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+    t.push_back(ms * 1000.0);
+  }
+  CUDA_CHECK(cudaEventDestroy(a));
+  CUDA_CHECK(cudaEventDestroy(b));
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+// The byte / f32 / f16 regions of a layer's packed records (every slot of every sequence and KV head).
+inline FillRegions regions_of(const tq::LayerLayout& l) {
+  const std::uint64_t slots = std::uint64_t{l.sequences} * l.kv_heads * l.capacity;
+  FillRegions r{};
+  r.bytes_offset[0] = l.key_codes_offset;
+  r.bytes_count[0] = slots * l.token.key_codes;
+  r.bytes_offset[1] = l.key_signs_offset;
+  r.bytes_count[1] = slots * l.token.key_signs;
+  r.bytes_offset[2] = l.value_codes_offset;
+  r.bytes_count[2] = slots * l.token.value_codes;
+  r.f32_offset[0] = l.key_norms_offset;
+  r.f32_count[0] = slots;
+  r.f32_offset[1] = l.value_norms_offset;
+  r.f32_count[1] = slots;
+  r.f16_offset = l.key_residual_norms_offset;
+  r.f16_count = l.token.key_residual_norm != 0 ? slots : 0;
+  return r;
+}
+
+}  // namespace kvcompact::bench
