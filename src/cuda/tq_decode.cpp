@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "attention_checks.hpp"
 #include "check.hpp"
 #include "kvcompact/cuda/tq.hpp"
 #include "params.hpp"
@@ -83,25 +84,13 @@ Result<DecodePlan> plan_decode(const LayerLayout& layout, const kvcompact::tq::Q
 Status decode_attention(const DecodePlan& plan, const DeviceCodec& codec, const void* layer_data,
                         const DecodeArgs& args, void* workspace, void* stream) {
   const LayerLayout& layout = plan.layout;
-  if (codec.head_dim() != layout.head_dim || codec.config().key_code_bits() != plan.config.key_code_bits() ||
-      codec.config().value_bits != plan.config.value_bits || codec.config().has_qjl() != plan.config.has_qjl()) {
-    return make_error(ErrorCode::Mismatch, "codec (head_dim {}, mode {}) does not match the plan (head_dim {}, mode {})",
-                      codec.head_dim(), codec.config().name(), layout.head_dim, plan.config.name());
-  }
+  KVC_TRY(detail::check_codec_matches_plan(codec, layout, plan.config));
   if (layer_data == nullptr || args.queries == nullptr || args.lengths == nullptr || args.output == nullptr ||
       workspace == nullptr) {
     return make_error(ErrorCode::InvalidArgument,
                       "decode_attention needs layer data, queries, lengths, output and workspace");
   }
-  // The kernel reads token rows with 64-bit shared-memory loads; rows are 8-byte aligned when the layer is.
-  if (reinterpret_cast<std::uintptr_t>(layer_data) % 16 != 0) {
-    return make_error(ErrorCode::InvalidArgument, "layer data at {} is not 16-byte aligned",
-                      reinterpret_cast<std::uintptr_t>(layer_data));
-  }
-  if (layout.exact_window > 0 && args.window_begins == nullptr) {
-    return make_error(ErrorCode::InvalidArgument, "a layout with an exact window needs window_begins");
-  }
-  if (!std::isfinite(args.scale)) return make_error(ErrorCode::InvalidArgument, "scale {} is not finite", args.scale);
+  KVC_TRY(detail::check_attention_inputs(layout, layer_data, args.window_begins, args.scale));
   if (layout.sequences == 0) return ok_status();
   detail::DecodeParams p{};
   p.layer = static_cast<const std::uint8_t*>(layer_data);
@@ -114,14 +103,7 @@ Status decode_attention(const DecodePlan& plan, const DeviceCodec& codec, const 
   const std::uint64_t parts = std::uint64_t{layout.sequences} * plan.q_heads * (plan.splits + 1);
   p.part_o = static_cast<float*>(workspace);
   p.part_lse = reinterpret_cast<float*>(static_cast<std::uint8_t*>(workspace) + align256(parts * layout.head_dim * 4));
-  p.key_codes = layout.key_codes_offset;
-  p.key_signs = layout.key_signs_offset;
-  p.key_norms = layout.key_norms_offset;
-  p.key_rho = layout.key_residual_norms_offset;
-  p.value_codes = layout.value_codes_offset;
-  p.value_norms = layout.value_norms_offset;
-  p.window_keys = layout.window_keys_offset;
-  p.window_values = layout.window_values_offset;
+  detail::set_region_offsets(p, layout);
   p.head_dim = layout.head_dim;
   p.kv_heads = layout.kv_heads;
   p.capacity = layout.capacity;

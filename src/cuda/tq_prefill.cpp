@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "attention_checks.hpp"
 #include "check.hpp"
 #include "prefill_params.hpp"
 
@@ -89,11 +90,7 @@ Status prefill_attention(const PrefillPlan& plan, const DeviceCodec& codec, cons
   if (plan.block_rows == 0 || plan.tiles == 0) {
     return make_error(ErrorCode::InvalidArgument, "prefill_attention needs a plan from plan_prefill");
   }
-  if (codec.head_dim() != layout.head_dim || codec.config().key_code_bits() != plan.config.key_code_bits() ||
-      codec.config().value_bits != plan.config.value_bits || codec.config().has_qjl() != plan.config.has_qjl()) {
-    return make_error(ErrorCode::Mismatch, "codec (head_dim {}, mode {}) does not match the plan (head_dim {}, mode {})",
-                      codec.head_dim(), codec.config().name(), layout.head_dim, plan.config.name());
-  }
+  KVC_TRY(detail::check_codec_matches_plan(codec, layout, plan.config));
   if (args.batch > kMaxGridYZ) {
     return make_error(ErrorCode::OutOfRange, "prefill batch of {} entries exceeds the limit {}", args.batch,
                       kMaxGridYZ);
@@ -108,15 +105,7 @@ Status prefill_attention(const PrefillPlan& plan, const DeviceCodec& codec, cons
     return make_error(ErrorCode::InvalidArgument, "prefill_attention needs a workspace of {} bytes",
                       plan.workspace_bytes);
   }
-  // cp.async copies 16-byte chunks relative to the layer's regions.
-  if (reinterpret_cast<std::uintptr_t>(layer_data) % 16 != 0) {
-    return make_error(ErrorCode::InvalidArgument, "layer data at {} is not 16-byte aligned",
-                      reinterpret_cast<std::uintptr_t>(layer_data));
-  }
-  if (layout.exact_window > 0 && args.window_begins == nullptr) {
-    return make_error(ErrorCode::InvalidArgument, "a layout with an exact window needs window_begins");
-  }
-  if (!std::isfinite(args.scale)) return make_error(ErrorCode::InvalidArgument, "scale {} is not finite", args.scale);
+  KVC_TRY(detail::check_attention_inputs(layout, layer_data, args.window_begins, args.scale));
   detail::PrefillParams p{};
   p.layer = static_cast<const std::uint8_t*>(layer_data);
   p.tables = static_cast<const detail::Tables*>(codec.tables());
@@ -128,14 +117,7 @@ Status prefill_attention(const PrefillPlan& plan, const DeviceCodec& codec, cons
   p.rows = args.rows;
   p.lengths = args.lengths;
   p.window_begins = layout.exact_window > 0 ? args.window_begins : nullptr;
-  p.key_codes = layout.key_codes_offset;
-  p.key_signs = layout.key_signs_offset;
-  p.key_norms = layout.key_norms_offset;
-  p.key_rho = layout.key_residual_norms_offset;
-  p.value_codes = layout.value_codes_offset;
-  p.value_norms = layout.value_norms_offset;
-  p.window_keys = layout.window_keys_offset;
-  p.window_values = layout.window_values_offset;
+  detail::set_region_offsets(p, layout);
   p.head_dim = layout.head_dim;
   p.kv_heads = layout.kv_heads;
   p.sequences = layout.sequences;
