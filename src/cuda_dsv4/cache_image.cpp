@@ -47,26 +47,6 @@ Result<std::vector<float>> download_floats(const DeviceBuffer& b) {
   return out;
 }
 
-struct Writer {
-  std::vector<std::uint8_t> out;
-  void u8(std::uint8_t v) { out.push_back(v); }
-  void u16(std::uint16_t v) {
-    for (int i = 0; i < 2; ++i) out.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
-  }
-  void u32(std::uint32_t v) {
-    for (int i = 0; i < 4; ++i) out.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
-  }
-  void u64(std::uint64_t v) {
-    for (int i = 0; i < 8; ++i) out.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
-  }
-  void bytes(std::span<const std::uint8_t> b) { out.insert(out.end(), b.begin(), b.end()); }
-  void floats(const std::vector<float>& v) {
-    for (float f : v) u32(std::bit_cast<std::uint32_t>(f));
-  }
-  void patch_u64(std::size_t at, std::uint64_t v) {
-    for (int i = 0; i < 8; ++i) out[at + static_cast<std::size_t>(i)] = static_cast<std::uint8_t>(v >> (8 * i));
-  }
-};
 
 // Device buffer <- little-endian f32 bytes of an image (the device is little-endian, as is the format).
 Status upload_le_floats(DeviceBuffer& b, std::span<const std::uint8_t> bytes) {
@@ -134,62 +114,38 @@ Result<std::vector<std::uint8_t>> encode_anchor_image(const DeviceDeepseek4Cache
   if (c.poisoned) {
     return make_error(ErrorCode::Poisoned, "cannot write an anchor image of a poisoned cache ({})", c.poison_reason);
   }
-  if (tokens.size() != c.position) {
-    return make_error(ErrorCode::InvalidArgument, "token ledger of {} ids for a cache at position {}", tokens.size(),
-                      c.position);
-  }
-  const kd::CachePlan& plan = c.plan;
-  const std::uint64_t p = c.position;
-  Writer w;
-  w.out.reserve(kd::kAnchorImageHeaderBytes + 4 * tokens.size());
-  w.bytes(std::span<const std::uint8_t>(kd::kAnchorImageMagic, 8));
-  w.u32(kd::kAnchorImageVersion);
-  w.u32(static_cast<std::uint32_t>(kd::kAnchorImageHeaderBytes));
-  w.u64(plan.model_fingerprint);
-  w.u32(c.num_layers());
-  w.u32(kd::kHeadDim);
-  w.u32(kd::kSlidingWindow);
-  w.u32(kd::kIndexerHeadDim);
-  w.u8(static_cast<std::uint8_t>(plan.storage.attention));
-  w.u8(static_cast<std::uint8_t>(plan.storage.indexer));
-  w.u16(0);
-  w.u32(0);
-  w.u64(plan.context);
-  w.u64(p);
-  w.u64(tokens.size());
-  const std::size_t payload_at = w.out.size();
-  w.u64(0);  // payload size, patched below
-  for (std::uint32_t t : tokens) w.u32(t);
-  for (std::uint32_t i = 0; i < c.num_layers(); ++i) {
-    const kd::LayerPlan& lp = plan.layers[i];
+  const auto layer_contents = [&](std::uint32_t i, kd::AnchorImageLayerData& d) -> Status {
+    const kd::LayerPlan& lp = c.plan.layers[i];
     const DeviceLayerBuffers& b = c.layers[i];
-    const std::uint64_t window = c.window_valid();
-    const std::uint64_t compressed = lp.ratio == 0 ? 0 : p / lp.ratio;
-    const std::uint64_t indexer = lp.ratio == 4 ? p / 4 : 0;
-    w.u32(lp.ratio);
-    w.u32(0);
-    w.u64(window);
-    w.u64(compressed);
-    w.u64(indexer);
-    w.u64(lp.state_bytes / sizeof(float));
-    w.u64(lp.indexer_state_bytes / sizeof(float));
-    KVC_ASSIGN_OR_RETURN(std::vector<std::uint8_t> rows, gather_window(c, i));
-    w.bytes(rows);
-    rows.resize(compressed * lp.attention_row_bytes);
-    KVC_TRY(b.attention.download(rows.data(), rows.size(), lp.compressed_offset));
-    w.bytes(rows);
-    rows.resize(indexer * lp.indexer_row_bytes);
-    KVC_TRY(b.indexer.download(rows.data(), rows.size()));
-    w.bytes(rows);
+    const std::uint64_t compressed = lp.ratio == 0 ? 0 : c.position / lp.ratio;
+    const std::uint64_t indexer = lp.ratio == 4 ? c.position / 4 : 0;
+    // storage = window rows, then compressed rows, then indexer rows (downloads); the states likewise.
+    KVC_ASSIGN_OR_RETURN(d.storage, gather_window(c, i));
+    const std::size_t window_bytes = d.storage.size();
+    const std::size_t compressed_bytes = compressed * lp.attention_row_bytes;
+    d.storage.resize(window_bytes + compressed_bytes + indexer * lp.indexer_row_bytes);
+    KVC_TRY(b.attention.download(d.storage.data() + window_bytes, compressed_bytes, lp.compressed_offset));
+    KVC_TRY(b.indexer.download(d.storage.data() + window_bytes + compressed_bytes,
+                               d.storage.size() - window_bytes - compressed_bytes));
+    const std::span<const std::uint8_t> all(d.storage);
+    d.window_rows = all.first(window_bytes);
+    d.compressed_rows = all.subspan(window_bytes, compressed_bytes);
+    d.indexer_rows = all.subspan(window_bytes + compressed_bytes);
+    std::size_t sizes[4];
+    std::size_t k = 0;
     for (const DeviceBuffer* state : {&b.kv_state, &b.score_state, &b.indexer_kv_state, &b.indexer_score_state}) {
       KVC_ASSIGN_OR_RETURN(std::vector<float> values, download_floats(*state));
-      w.floats(values);
+      sizes[k++] = values.size();
+      d.state_storage.insert(d.state_storage.end(), values.begin(), values.end());
     }
-  }
-  w.patch_u64(payload_at, w.out.size() - kd::kAnchorImageHeaderBytes);
-  const std::uint64_t sum = xxh64(w.out);
-  w.u64(sum);
-  return std::move(w.out);
+    const std::span<const float> states(d.state_storage);
+    d.kv_state = states.first(sizes[0]);
+    d.score_state = states.subspan(sizes[0], sizes[1]);
+    d.indexer_kv_state = states.subspan(sizes[0] + sizes[1], sizes[2]);
+    d.indexer_score_state = states.subspan(sizes[0] + sizes[1] + sizes[2], sizes[3]);
+    return ok_status();
+  };
+  return kd::write_anchor_image(c.plan, c.position, tokens, layer_contents);
 }
 
 Status hydrate_from_anchor_image(DeviceDeepseek4Cache& cache, std::span<const std::uint8_t> bytes,

@@ -30,9 +30,6 @@ struct Writer {
     for (int i = 0; i < 8; ++i) out.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
   }
   void bytes(std::span<const std::uint8_t> b) { out.insert(out.end(), b.begin(), b.end()); }
-  void floats(const std::vector<float>& v) {
-    for (float f : v) u32(std::bit_cast<std::uint32_t>(f));
-  }
   void patch_u64(std::size_t at, std::uint64_t v) {
     for (int i = 0; i < 8; ++i) out[at + static_cast<std::size_t>(i)] = static_cast<std::uint8_t>(v >> (8 * i));
   }
@@ -167,13 +164,6 @@ std::vector<float> load_floats(std::span<const std::uint8_t> bytes) {
   return out;
 }
 
-void encode_window_rows(Writer& w, const Deepseek4Cache& cache, std::uint32_t layer) {
-  ConstAttentionRows rows = cache.window_rows(layer);
-  for (std::uint64_t q = cache.window_start_position(); q < cache.position(); ++q) {
-    w.bytes(rows.row(cache.window_slot(q)));
-  }
-}
-
 }  // namespace
 
 std::vector<std::uint32_t> AnchorImageView::ledger() const {
@@ -186,25 +176,21 @@ bool looks_like_anchor_image(std::span<const std::uint8_t> bytes) {
   return bytes.size() >= 8 && std::memcmp(bytes.data(), kAnchorImageMagic, 8) == 0;
 }
 
-Result<std::vector<std::uint8_t>> encode_anchor_image(const Deepseek4Cache& cache,
-                                                      std::span<const std::uint32_t> tokens) {
-  if (cache.poisoned()) {
-    return make_error(ErrorCode::Poisoned, "cannot write an anchor image of a poisoned cache ({})",
-                      cache.poison_reason());
-  }
-  if (tokens.size() != cache.position()) {
+Result<std::vector<std::uint8_t>> write_anchor_image(const CachePlan& plan, std::uint64_t position,
+                                                     std::span<const std::uint32_t> tokens,
+                                                     const AnchorImageLayerSource& source) {
+  if (tokens.size() != position) {
     return make_error(ErrorCode::InvalidArgument, "token ledger of {} ids for a cache at position {}", tokens.size(),
-                      cache.position());
+                      position);
   }
-  const CachePlan& plan = cache.plan();
-  const std::uint64_t p = cache.position();
+  const std::uint64_t p = position;
   Writer w;
   w.out.reserve(kAnchorImageHeaderBytes + 4 * tokens.size());
   w.bytes(std::span<const std::uint8_t>(kAnchorImageMagic, 8));
   w.u32(kAnchorImageVersion);
   w.u32(static_cast<std::uint32_t>(kAnchorImageHeaderBytes));
   w.u64(plan.model_fingerprint);
-  w.u32(cache.num_layers());
+  w.u32(static_cast<std::uint32_t>(plan.layers.size()));
   w.u32(kHeadDim);
   w.u32(kSlidingWindow);
   w.u32(kIndexerHeadDim);
@@ -219,10 +205,18 @@ Result<std::vector<std::uint8_t>> encode_anchor_image(const Deepseek4Cache& cach
   w.u64(0);  // payload size, patched below
   KVC_ASSERT(w.out.size() == kAnchorImageHeaderBytes, "anchor image header size");
   for (std::uint32_t t : tokens) w.u32(t);
-  const auto& impl = detail::CacheAccess::impl(cache);
-  for (std::uint32_t i = 0; i < cache.num_layers(); ++i) {
+  for (std::uint32_t i = 0; i < plan.layers.size(); ++i) {
     const LayerPlan& lp = plan.layers[i];
-    LayerShape s = expected_shape(lp.ratio, p);
+    const LayerShape s = expected_shape(lp.ratio, p);
+    AnchorImageLayerData d;
+    KVC_TRY(source(i, d));
+    if (d.window_rows.size() != s.window * lp.attention_row_bytes ||
+        d.compressed_rows.size() != s.compressed * lp.attention_row_bytes ||
+        d.indexer_rows.size() != s.indexer * lp.indexer_row_bytes || d.kv_state.size() != s.state_floats ||
+        d.score_state.size() != s.state_floats || d.indexer_kv_state.size() != s.indexer_state_floats ||
+        d.indexer_score_state.size() != s.indexer_state_floats) {
+      return make_error(ErrorCode::Internal, "layer {} handed the image writer contents of the wrong size", i);
+    }
     w.u32(lp.ratio);
     w.u32(0);
     w.u64(s.window);
@@ -230,18 +224,45 @@ Result<std::vector<std::uint8_t>> encode_anchor_image(const Deepseek4Cache& cach
     w.u64(s.indexer);
     w.u64(s.state_floats);
     w.u64(s.indexer_state_floats);
-    encode_window_rows(w, cache, i);
-    w.bytes(cache.compressed_rows(i).bytes.first(s.compressed * lp.attention_row_bytes));
-    w.bytes(cache.indexer_rows(i).bytes.first(s.indexer * lp.indexer_row_bytes));
-    w.floats(impl.layers[i].kv_state);
-    w.floats(impl.layers[i].score_state);
-    w.floats(impl.layers[i].indexer_kv_state);
-    w.floats(impl.layers[i].indexer_score_state);
+    w.bytes(d.window_rows);
+    w.bytes(d.compressed_rows);
+    w.bytes(d.indexer_rows);
+    for (std::span<const float> state : {d.kv_state, d.score_state, d.indexer_kv_state, d.indexer_score_state}) {
+      for (float f : state) w.u32(std::bit_cast<std::uint32_t>(f));
+    }
   }
   w.patch_u64(payload_at, w.out.size() - kAnchorImageHeaderBytes);
   std::uint64_t sum = xxh64(w.out);
   w.u64(sum);
   return std::move(w.out);
+}
+
+Result<std::vector<std::uint8_t>> encode_anchor_image(const Deepseek4Cache& cache,
+                                                      std::span<const std::uint32_t> tokens) {
+  if (cache.poisoned()) {
+    return make_error(ErrorCode::Poisoned, "cannot write an anchor image of a poisoned cache ({})",
+                      cache.poison_reason());
+  }
+  const auto& impl = detail::CacheAccess::impl(cache);
+  const auto layer_contents = [&](std::uint32_t i, AnchorImageLayerData& d) -> Status {
+    const CachePlan& plan = cache.plan();
+    const LayerPlan& lp = plan.layers[i];
+    const LayerShape s = expected_shape(lp.ratio, cache.position());
+    ConstAttentionRows window = cache.window_rows(i);
+    for (std::uint64_t q = cache.window_start_position(); q < cache.position(); ++q) {
+      const auto row = window.row(cache.window_slot(q));
+      d.storage.insert(d.storage.end(), row.begin(), row.end());
+    }
+    d.window_rows = d.storage;
+    d.compressed_rows = cache.compressed_rows(i).bytes.first(s.compressed * lp.attention_row_bytes);
+    d.indexer_rows = cache.indexer_rows(i).bytes.first(s.indexer * lp.indexer_row_bytes);
+    d.kv_state = impl.layers[i].kv_state;
+    d.score_state = impl.layers[i].score_state;
+    d.indexer_kv_state = impl.layers[i].indexer_kv_state;
+    d.indexer_score_state = impl.layers[i].indexer_score_state;
+    return ok_status();
+  };
+  return write_anchor_image(cache.plan(), cache.position(), tokens, layer_contents);
 }
 
 Result<AnchorImageView> decode_anchor_image(std::span<const std::uint8_t> bytes) {

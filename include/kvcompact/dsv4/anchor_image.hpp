@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -59,6 +60,24 @@ struct AnchorImageView {
 
 // Poisoned for a poisoned cache; InvalidArgument unless tokens.size() == cache.position().
 Result<std::vector<std::uint8_t>> encode_anchor_image(const Deepseek4Cache& cache, std::span<const std::uint32_t> tokens);
+
+// What one layer contributes to an image: the window rows valid at the anchor (oldest position first), the
+// valid compressed and indexer rows, and the four state buffers. Spans may point into the cache itself or
+// into the storage vectors, where a backend gathers or downloads what is not contiguous on the host.
+struct AnchorImageLayerData {
+  std::span<const std::uint8_t> window_rows, compressed_rows, indexer_rows;
+  std::span<const float> kv_state, score_state, indexer_kv_state, indexer_score_state;
+  std::vector<std::uint8_t> storage;
+  std::vector<float> state_storage;
+};
+using AnchorImageLayerSource = std::function<Status(std::uint32_t layer, AnchorImageLayerData& out)>;
+
+// The one image writer every backend's encode_anchor_image uses: header, ledger, then for each layer its
+// header and what `source` fills (called once per layer, in order; Internal when a size differs from what the
+// plan and the position imply), then the checksum. InvalidArgument unless tokens.size() == position.
+Result<std::vector<std::uint8_t>> write_anchor_image(const CachePlan& plan, std::uint64_t position,
+                                                     std::span<const std::uint32_t> tokens,
+                                                     const AnchorImageLayerSource& source);
 
 // Validates everything before handing out a view: Truncated (shorter than its lengths say), Corrupt
 // (bad magic, a count that contradicts the header, trailing bytes, checksum mismatch), Unsupported
