@@ -338,28 +338,9 @@ Status DeviceCache::attention(std::uint32_t layer, std::span<const ktq::Attentio
   if (!std::isfinite(options.scale)) {
     return make_error(ErrorCode::InvalidArgument, "softmax scale {} is not finite", options.scale);
   }
+  KVC_TRY(ktq::validate_requests(sequences_, l.lengths.data(), requests));
   std::uint32_t max_rows = 0;
-  for (std::size_t r = 0; r < requests.size(); ++r) {
-    const ktq::AttentionRequest& req = requests[r];
-    if (req.seq >= sequences_) {
-      return make_error(ErrorCode::OutOfRange, "request {}: sequence {} is outside the cache's {} sequences", r,
-                        req.seq, sequences_);
-    }
-    const std::uint64_t end = static_cast<std::uint64_t>(req.first_position) + req.rows;
-    if (end > l.lengths[req.seq]) {
-      Error e = make_error(ErrorCode::OutOfRange,
-                           "request {}: query positions [{}, {}) of sequence {} go past its length {} (append the "
-                           "keys before attending)",
-                           r, req.first_position, end, req.seq, l.lengths[req.seq]);
-      e.expected = l.lengths[req.seq];
-      e.actual = static_cast<std::int64_t>(end);
-      return e;
-    }
-    if (req.rows > 0 && (req.queries == nullptr || req.output == nullptr)) {
-      return make_error(ErrorCode::InvalidArgument, "request {}: null queries or output with {} rows", r, req.rows);
-    }
-    max_rows = std::max(max_rows, req.rows);
-  }
+  for (const ktq::AttentionRequest& req : requests) max_rows = std::max(max_rows, req.rows);
   if (max_rows == 0) return ok_status();
   KVC_ASSIGN_OR_RETURN(PrefillPlan plan, plan_prefill(layer, options.q_heads, max_rows, precision));
   const std::size_t n = requests.size();

@@ -742,27 +742,21 @@ std::uint32_t exact_window_begin(std::uint32_t length, std::uint32_t window_begi
   return std::min(length, std::max(window_begin, recent));
 }
 
-Status validate_attention(const LayerView& layer, std::span<const AttentionRequest> requests,
-                          const AttentionOptions& options) {
-  if (layer.layout == nullptr || layer.codec == nullptr || layer.data == nullptr || layer.lengths == nullptr ||
-      layer.window_begins == nullptr) {
-    return make_error(ErrorCode::InvalidArgument, "attention needs an attention layer (the layer view is empty)");
-  }
-  const LayerLayout& layout = *layer.layout;
-  KVC_TRY(validate_common(layout.head_dim, layout.kv_heads, options));
+Status validate_requests(std::uint32_t sequences, const std::uint32_t* lengths,
+                         std::span<const AttentionRequest> requests) {
   for (std::size_t r = 0; r < requests.size(); ++r) {
     const AttentionRequest& req = requests[r];
-    if (req.seq >= layout.sequences) {
+    if (req.seq >= sequences) {
       return make_error(ErrorCode::OutOfRange, "request {}: sequence {} is outside the cache's {} sequences", r,
-                        req.seq, layout.sequences);
+                        req.seq, sequences);
     }
     const std::uint64_t end = static_cast<std::uint64_t>(req.first_position) + req.rows;
-    if (end > layer.lengths[req.seq]) {
+    if (end > lengths[req.seq]) {
       Error e = make_error(ErrorCode::OutOfRange,
                            "request {}: query positions [{}, {}) of sequence {} go past its length {} (append the "
                            "keys before attending)",
-                           r, req.first_position, end, req.seq, layer.lengths[req.seq]);
-      e.expected = layer.lengths[req.seq];
+                           r, req.first_position, end, req.seq, lengths[req.seq]);
+      e.expected = lengths[req.seq];
       e.actual = static_cast<std::int64_t>(end);
       return e;
     }
@@ -771,6 +765,17 @@ Status validate_attention(const LayerView& layer, std::span<const AttentionReque
     }
   }
   return ok_status();
+}
+
+Status validate_attention(const LayerView& layer, std::span<const AttentionRequest> requests,
+                          const AttentionOptions& options) {
+  if (layer.layout == nullptr || layer.codec == nullptr || layer.data == nullptr || layer.lengths == nullptr ||
+      layer.window_begins == nullptr) {
+    return make_error(ErrorCode::InvalidArgument, "attention needs an attention layer (the layer view is empty)");
+  }
+  const LayerLayout& layout = *layer.layout;
+  KVC_TRY(validate_common(layout.head_dim, layout.kv_heads, options));
+  return validate_requests(layout.sequences, layer.lengths, requests);
 }
 
 Status attention_cpu(const LayerView& layer, std::span<const AttentionRequest> requests,

@@ -52,6 +52,11 @@ std::uint32_t exact_window_begin(std::uint32_t length, std::uint32_t window_begi
 Status validate_attention(const LayerView& layer, std::span<const AttentionRequest> requests,
                           const AttentionOptions& options);
 
+// validate_attention's per-request checks alone (sequence in range, rows within the sequence's length,
+// non-null queries / output), for callers that keep the lengths themselves (the GPU cache).
+Status validate_requests(std::uint32_t sequences, const std::uint32_t* lengths,
+                         std::span<const AttentionRequest> requests);
+
 // The fast path: writes every request's output. Scores keys from the packed records (centroid lookups,
 // QJL signs), accumulates values in rotated space and rotates back once per (row, head).
 Status attention_cpu(const LayerView& layer, std::span<const AttentionRequest> requests,
