@@ -323,33 +323,8 @@ Status hydrate_from_anchor_image(Deepseek4Cache& cache, std::span<const std::uin
                                  std::vector<std::uint32_t>* tokens) {
   KVC_ASSIGN_OR_RETURN(AnchorImageView view, decode_anchor_image(bytes));
   auto& c = detail::CacheAccess::impl(cache);
+  KVC_TRY(c.check_image_target(view));  // every check before the first write (shared with the GPU cache)
   const AnchorImageHeader& h = view.header;
-  if (h.model_fingerprint != c.plan.model_fingerprint) {
-    return make_error(ErrorCode::Mismatch, "anchor image of model {:016x} cannot hydrate a cache of model {:016x}",
-                      h.model_fingerprint, c.plan.model_fingerprint);
-  }
-  if (!(h.storage == c.plan.storage)) {
-    return make_error(ErrorCode::Mismatch, "anchor image storage {}/{} differs from the cache's {}/{}",
-                      row_storage_name(h.storage.attention), indexer_storage_name(h.storage.indexer),
-                      row_storage_name(c.plan.storage.attention), indexer_storage_name(c.plan.storage.indexer));
-  }
-  if (view.layers.size() != c.layers.size()) {
-    return make_error(ErrorCode::Mismatch, "anchor image of {} layers for a cache of {} layers", view.layers.size(),
-                      c.layers.size());
-  }
-  for (std::size_t i = 0; i < view.layers.size(); ++i) {
-    if (view.layers[i].ratio != c.plan.layers[i].ratio) {
-      return make_error(ErrorCode::Mismatch, "anchor image layer {} has ratio {}, the cache's has {}", i,
-                        view.layers[i].ratio, c.plan.layers[i].ratio);
-    }
-  }
-  if (h.position > c.plan.context) {
-    Error e = make_error(ErrorCode::ContextBound, "anchor image at position {} does not fit a cache of context {}",
-                         h.position, c.plan.context);
-    e.expected = static_cast<std::int64_t>(c.plan.context);
-    e.actual = static_cast<std::int64_t>(h.position);
-    return e;
-  }
   for (std::size_t i = 0; i < view.layers.size(); ++i) {
     const AnchorImageLayer& l = view.layers[i];
     const LayerPlan& lp = c.plan.layers[i];

@@ -62,40 +62,7 @@ Result<Snapshot> take_snapshot(const Deepseek4Cache& cache) {
 
 Status restore_snapshot(Deepseek4Cache& cache, const Snapshot& snapshot) {
   auto& c = detail::CacheAccess::impl(cache);
-  if (!c.plan.same_as(snapshot.plan)) {
-    return make_error(ErrorCode::Mismatch,
-                      "snapshot of plan (model {:016x}, context {}) does not match the cache's (model {:016x}, "
-                      "context {})",
-                      snapshot.plan.model_fingerprint, snapshot.plan.context, c.plan.model_fingerprint,
-                      c.plan.context);
-  }
-  if (snapshot.cache_id != c.id) {
-    return make_error(ErrorCode::Mismatch,
-                      "snapshot was taken from cache {} and cannot restore cache {}: it does not carry the compressed "
-                      "rows (use an anchor image to move a cache)",
-                      snapshot.cache_id, c.id);
-  }
-  if (snapshot.rewinds_seen > c.rewind_floors.size() || snapshot.layers.size() != c.layers.size()) {
-    return make_error(ErrorCode::Mismatch, "snapshot bookkeeping does not match this cache");
-  }
-  for (std::size_t k = snapshot.rewinds_seen; k < c.rewind_floors.size(); ++k) {
-    if (c.rewind_floors[k] < snapshot.position) {
-      return make_error(ErrorCode::Mismatch,
-                        "the cache rewound to position {} after this snapshot (position {}) was taken; its "
-                        "compressed rows may have been rewritten",
-                        c.rewind_floors[k], snapshot.position);
-    }
-  }
-  for (std::size_t i = 0; i < c.layers.size(); ++i) {
-    const LayerSnapshot& ls = snapshot.layers[i];
-    LayerBuffers& b = c.layers[i];
-    if (ls.kv_state.size() != b.kv_state.size() || ls.score_state.size() != b.score_state.size() ||
-        ls.indexer_kv_state.size() != b.indexer_kv_state.size() ||
-        ls.indexer_score_state.size() != b.indexer_score_state.size() ||
-        ls.window.size() != std::min(snapshot.position, c.plan.window_capacity) * c.plan.layers[i].attention_row_bytes) {
-      return make_error(ErrorCode::Mismatch, "snapshot layer {} buffers do not match the cache's", i);
-    }
-  }
+  KVC_TRY(c.check_snapshot_restore(snapshot));  // every check before the first write (shared with the GPU cache)
   for (std::size_t i = 0; i < c.layers.size(); ++i) {
     const LayerSnapshot& ls = snapshot.layers[i];
     LayerBuffers& b = c.layers[i];
