@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "decode_coords.hpp"
 #include "params.hpp"
 
 namespace kvcompact::cuda::tq::detail {
@@ -142,12 +143,8 @@ __device__ __forceinline__ T lds_at(const void* base, std::uint32_t byte_offset)
 }
 constexpr unsigned round16(unsigned x) { return (x + 15u) & ~15u; }
 
-// 2-bit codes are dequantised from registers, not shared memory: the four fp16 centroids' low bytes in one
-// register and high bytes in another. From a word of sixteen codes (code i at bits 2i),
-// n = (w >> 2j) & 0x33333333 holds codes j, j + 2, ..., j + 14 in its nibbles; a byte permute of each table by
-// n's low four nibbles gives four low / high bytes, and a third permute interleaves two of them into a half2:
-// (j, j + 2) or (j + 4, j + 6) (then n >> 16 for j + 8 ... j + 14). That fixes the coordinate order of
-// key_coord / value_first below.
+// The fp16 centroid byte tables of dequant2 (decode_coords.hpp): low bytes of the four centroids in one word,
+// high bytes in another.
 __device__ __forceinline__ void byte_tables(const float* centroids, float alpha, std::uint32_t& lo, std::uint32_t& hi) {
   lo = hi = 0;
   for (unsigned e = 0; e < 4; ++e) {
@@ -155,36 +152,6 @@ __device__ __forceinline__ void byte_tables(const float* centroids, float alpha,
     lo |= (h & 0xFFu) << (8 * e);
     hi |= (h >> 8) << (8 * e);
   }
-}
-// Nibble selector of codes j + 2i (i = 0..3), from the low (upper = false) or high eight codes of the word.
-__device__ __forceinline__ std::uint32_t nibble_codes(std::uint32_t w, unsigned j, bool upper) {
-  const std::uint32_t n = (w >> (2 * j)) & 0x33333333u;
-  return upper ? n >> 16 : n;
-}
-// half2 of the codes in nibbles 0, 1 (second = false) or 2, 3 (second = true) of the selector.
-__device__ __forceinline__ std::uint32_t dequant2(std::uint32_t sel, bool second, std::uint32_t lo, std::uint32_t hi) {
-  const std::uint32_t l = __byte_perm(lo, lo, sel), h = __byte_perm(hi, hi, sel);
-  return __byte_perm(l, h, second ? 0x7362 : 0x5140);
-}
-// Coordinate (inside a lane's key slice) of slot e ∈ {0, 1, 2, 3} of k-step kk of the score MMA: slots 0, 1 are
-// the A fragment's a0 / a1 half2 and slots 2, 3 its a2 / a3. Any permutation works when the query's B fragment
-// uses the same one; it is chosen so that a lane's codes over all k-steps are one contiguous slice and, for
-// 2-bit codes, so that dequant2 yields the half2s directly (k-step 4w + r: j = r / 2, upper = r odd).
-template <int CB>
-__host__ __device__ constexpr unsigned key_coord(unsigned kk, unsigned e) {
-  return CB == 2 ? 16 * (kk / 4) + (kk % 4) / 2 + 8 * (kk % 2) + 2 * e : 4 * kk + e;
-}
-// Coordinates (inside a lane group's value slice) of rows g (first) and g + 8 (first + 4 or + 1) of output
-// block jb of the P·V MMA.
-// 2-bit values: block jb of a word's sixteen codes (w = jb / 8) uses j = (jb % 8) / 4 and pair q = jb % 4 of
-// the nibble selector; a slice of eight codes (d = 64) uses j = jb / 2, q = jb % 2.
-template <int D, int VB>
-__host__ __device__ constexpr unsigned value_first(unsigned jb) {
-  return VB != 2 ? 2 * jb : (D / 8 >= 16 ? 16 * (jb / 8) + (jb % 8) / 4 + 4 * (jb % 4) : jb / 2 + 4 * (jb % 2));
-}
-template <int VB>
-__host__ __device__ constexpr unsigned value_second_offset() {
-  return VB == 2 ? 2u : 1u;
 }
 
 template <int D, int CB, int VB>
@@ -472,9 +439,9 @@ __global__ void __launch_bounds__(kThreads, D <= 128 ? 5 : 1) decode_kernel(Deco
         std::uint32_t a0, a1, a2, a3;
         const unsigned pos = 4 * CB * kk;
         if constexpr (CB == 2) {
-          const unsigned w = kk / 4, j = (kk % 4) / 2;
-          const bool upper = (kk % 2) != 0;
-          const std::uint32_t n0 = nibble_codes(kq0[mt].w[w], j, upper), n1 = nibble_codes(kq1[mt].w[w], j, upper);
+          const KeyPairSource src = key_pair_source(kk);
+          const std::uint32_t n0 = nibble_codes(kq0[mt].w[src.word], src.j, src.upper);
+          const std::uint32_t n1 = nibble_codes(kq1[mt].w[src.word], src.j, src.upper);
           a0 = dequant2(n0, false, ktl, kth);
           a2 = dequant2(n0, true, ktl, kth);
           a1 = dequant2(n1, false, ktl, kth);
@@ -635,9 +602,8 @@ __global__ void __launch_bounds__(kThreads, D <= 128 ? 5 : 1) decode_kernel(Deco
         auto lookup = [&](const Slice<S::slice_v>& sl) -> std::uint32_t {
           const unsigned pos = 2 * VB * jb;
           if constexpr (VB == 2) {
-            constexpr bool wide = D / 8 >= 16;  // a lane group's slice has ≥ 16 codes (whole words)
-            const unsigned w = wide ? jb / 8 : 0u, j = wide ? (jb % 8) / 4 : jb / 2, q = wide ? jb % 4 : jb % 2;
-            return dequant2(nibble_codes(sl.w[w], j, q >= 2), (q % 2) != 0, vtl, vth);
+            const ValuePairSource<D> src = value_pair_source<D>(jb);
+            return dequant2(nibble_codes(sl.w[src.word], src.j, src.upper), src.second, vtl, vth);
           } else if constexpr (S::pair_values) {
             return lds_at<std::uint32_t>(lut_v, field_offset<2 * VB, 7>(sl, pos, lane4));
           } else {
