@@ -6,16 +6,13 @@
 
 #include "attention_checks.hpp"
 #include "check.hpp"
+#include "decode_split.hpp"
 #include "kvcompact/cuda/tq.hpp"
 #include "params.hpp"
 
 namespace kvcompact::cuda::tq {
 
 namespace {
-constexpr std::uint64_t kMaxSplits = 4096;  // the merge kernel keeps one weight per split in shared memory
-// A block's fixed cost (prologue, partial write, its share of the merge) in tokens of streaming work; a rough
-// figure from the batch-1 timings (a split of 512 tokens runs at about two thirds of the long-split speed).
-constexpr std::uint64_t kSplitOverheadTokens = 256;
 std::uint64_t align256(std::uint64_t x) { return (x + 255u) & ~std::uint64_t{255}; }
 }  // namespace
 
@@ -53,27 +50,12 @@ Result<DecodePlan> plan_decode(const LayerLayout& layout, const kvcompact::tq::Q
   plan.max_length = max_length;
   const std::uint64_t head_groups = (q_heads / layout.kv_heads + kDecodeGroup - 1) / kDecodeGroup;
   const std::uint64_t base = std::max<std::uint64_t>(1, std::uint64_t{layout.sequences} * layout.kv_heads * head_groups);
-  // The split count minimises the modelled time: whole waves of resident blocks (a partial last wave costs a
-  // full one) × (tokens per split + the per-block overhead: query rotation, lookup tables, the partial's
-  // write, worth about kSplitOverheadTokens). At least 512 tokens per split.
+  // The split over the sequence from the resident-block count (decode_split.hpp: whole-wave cost model).
   KVC_CUDA_TRY(detail::prepare_decode(layout.head_dim, config.key_code_bits(), config.value_bits, config.has_qjl()));
   const int per_sm = std::max(1, detail::decode_blocks_per_sm(layout.head_dim, config.key_code_bits(), config.value_bits, config.has_qjl()));
   const std::uint64_t slots = static_cast<std::uint64_t>(per_sm) * static_cast<std::uint64_t>(multiprocessors);
-  const std::uint64_t length = std::max<std::uint64_t>(max_length, 1);
-  const std::uint64_t max_splits = std::max<std::uint64_t>(1, std::min<std::uint64_t>(kMaxSplits, (length + 511) / 512));
-  std::uint64_t chunk = 0, splits = 0, best_cost = 0;
-  for (std::uint64_t want = 1; want <= max_splits; ++want) {
-    const std::uint64_t c = (length + want - 1) / want;
-    const std::uint64_t c_tiles = (c + kDecodeTile - 1) / kDecodeTile * kDecodeTile;
-    const std::uint64_t s_eff = (length + c_tiles - 1) / c_tiles;
-    const std::uint64_t waves = (base * s_eff + slots - 1) / slots;
-    const std::uint64_t cost = waves * (c_tiles + kSplitOverheadTokens);
-    if (splits == 0 || cost < best_cost) {
-      best_cost = cost;
-      chunk = c_tiles;
-      splits = s_eff;
-    }
-  }
+  const detail::DecodeSplit split = detail::choose_decode_split(max_length, base, slots, kDecodeTile);
+  const std::uint64_t chunk = split.chunk, splits = split.splits;
   plan.chunk = static_cast<std::uint32_t>(chunk);
   plan.splits = static_cast<std::uint32_t>(splits);
   const std::uint64_t parts = std::uint64_t{layout.sequences} * q_heads * (splits + 1);
