@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "../../src/cuda/encode_params.hpp"
+#include "../../src/cuda/encode_setup.hpp"
 #include "bench_util.hpp"
 #include "fill.hpp"
 #include "kvcompact/cuda/runtime.hpp"
@@ -29,34 +29,9 @@ using bench::regions_of;
 using bench::take;
 
 // The parameters encode_append builds, for calling the general kernel directly.
-cuda::tq::detail::EncodeParams params_of(const tq::LayerLayout& layout, const tq::QuantConfig& config,
-                                         const cuda::tq::DeviceCodec& codec, void* layer,
-                                         const cuda::tq::EncodeRequest& req, std::uint32_t dtype) {
-  cuda::tq::detail::EncodeParams p{};
-  p.layer = static_cast<std::uint8_t*>(layer);
-  p.tables = static_cast<const cuda::tq::detail::Tables*>(codec.tables());
-  p.keys = req.keys;
-  p.values = req.values;
-  p.key_codes_offset = layout.key_codes_offset;
-  p.key_signs_offset = layout.key_signs_offset;
-  p.key_norms_offset = layout.key_norms_offset;
-  p.key_residual_norms_offset = layout.key_residual_norms_offset;
-  p.value_codes_offset = layout.value_codes_offset;
-  p.value_norms_offset = layout.value_norms_offset;
-  p.window_keys_offset = layout.window_keys_offset;
-  p.window_values_offset = layout.window_values_offset;
-  p.key_code_bits = config.key_code_bits();
-  p.value_bits = config.value_bits;
-  p.key_code_bytes = layout.token.key_codes;
-  p.sign_bytes = layout.token.key_signs;
-  p.value_code_bytes = layout.token.value_codes;
-  p.head_dim = layout.head_dim;
-  p.kv_heads = layout.kv_heads;
-  p.capacity = layout.capacity;
-  p.window = layout.exact_window;
-  p.rows = req.rows;
-  p.dtype = dtype;
-  return p;
+cuda::tq::detail::EncodeParams params_of(const tq::LayerLayout& layout, const cuda::tq::DeviceCodec& codec,
+                                         void* layer, const cuda::tq::EncodeRequest& req, std::uint32_t dtype) {
+  return cuda::tq::detail::make_encode_params(layout, codec, layer, req, dtype);
 }
 
 }  // namespace
@@ -139,7 +114,7 @@ int main(int argc, char** argv) {
         const std::uint64_t bytes = count * dt.bytes * 2 + std::uint64_t{rows} * kv_heads * layout.token.total() + window_bytes;
         for (int kernel = 0; kernel < 2; ++kernel) {
           if (kernel == 1 && (quick || dt.dtype != DType::BF16 || d != 128)) continue;  // general: bf16, d 128
-          const auto p = params_of(layout, mode.config, dcodec, layer.data(), req, dt.code);
+          const auto p = params_of(layout, dcodec, layer.data(), req, dt.code);
           const double us = median_us(2, quick ? 5 : 10, [&] {
             if (kernel == 0) {
               BENCH_CHECK(cuda::tq::encode_append(layout, dcodec, layer.data(), req));

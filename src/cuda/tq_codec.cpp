@@ -14,6 +14,7 @@
 #include "kvcompact/tq/codebook.hpp"
 #include "kvcompact/tq/rotation.hpp"
 #include "encode_params.hpp"
+#include "encode_setup.hpp"
 
 namespace kvcompact::cuda::tq {
 
@@ -127,33 +128,7 @@ Status encode_append(const LayerLayout& layout, const DeviceCodec& codec, void* 
       return make_error(ErrorCode::Unsupported, "encode input dtype {} (f32, f16 and bf16 are supported)",
                         dtype_name(request.dtype));
   }
-  EncodeParams p{};
-  p.layer = static_cast<std::uint8_t*>(layer_data);
-  p.tables = static_cast<const Tables*>(codec.tables());
-  p.keys = request.keys;
-  p.values = request.values;
-  p.status = request.status;
-  p.key_codes_offset = layout.key_codes_offset;
-  p.key_signs_offset = layout.key_signs_offset;
-  p.key_norms_offset = layout.key_norms_offset;
-  p.key_residual_norms_offset = layout.key_residual_norms_offset;
-  p.value_codes_offset = layout.value_codes_offset;
-  p.value_norms_offset = layout.value_norms_offset;
-  p.window_keys_offset = layout.window_keys_offset;
-  p.window_values_offset = layout.window_values_offset;
-  p.key_code_bits = codec.config().key_code_bits();
-  p.value_bits = codec.config().value_bits;
-  p.key_code_bytes = layout.token.key_codes;
-  p.sign_bytes = layout.token.key_signs;
-  p.value_code_bytes = layout.token.value_codes;
-  p.head_dim = layout.head_dim;
-  p.kv_heads = layout.kv_heads;
-  p.capacity = layout.capacity;
-  p.window = layout.exact_window;
-  p.seq = request.seq;
-  p.position = request.position;
-  p.rows = request.rows;
-  p.dtype = dtype;
+  const EncodeParams p = detail::make_encode_params(layout, codec, layer_data, request, dtype);
   const std::uint64_t items = static_cast<std::uint64_t>(request.rows) * layout.kv_heads * 2u;
   if (detail::encode_path(p) == detail::EncodePath::General && (items + kEncodeWarps - 1) / kEncodeWarps > 0x7fffffffu) {
     return make_error(ErrorCode::Overflow, "encode of {} items needs too many blocks", items);
