@@ -5,6 +5,21 @@
 
 namespace kvcompact::cuda::tq::detail {
 
+Status check_plan_heads_and_mode(const LayerLayout& layout, const kvcompact::tq::QuantConfig& config,
+                                 std::uint32_t q_heads, bool supported, const char* what) {
+  if (layout.kv_heads == 0 || q_heads == 0 || q_heads % layout.kv_heads != 0) {
+    return make_error(ErrorCode::InvalidArgument, "q_heads {} must be a positive multiple of kv_heads {}", q_heads,
+                      layout.kv_heads);
+  }
+  if (!supported) {
+    return make_error(ErrorCode::Unsupported,
+                      "CUDA {} attention has no kernel for head_dim {} with mode {} (head_dim 64/128/256, key code bits "
+                      "1..5, value bits 2..4)",
+                      what, layout.head_dim, config.name());
+  }
+  return ok_status();
+}
+
 Status check_codec_matches_plan(const DeviceCodec& codec, const LayerLayout& layout,
                                 const kvcompact::tq::QuantConfig& config) {
   if (codec.head_dim() != layout.head_dim || codec.config().key_code_bits() != config.key_code_bits() ||

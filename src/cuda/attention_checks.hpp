@@ -9,6 +9,10 @@
 
 namespace kvcompact::cuda::tq::detail {
 
+// The plan checks decode and prefill share: q_heads a positive multiple of kv_heads (InvalidArgument), and a
+// kernel for the head_dim and mode (`supported`; Unsupported otherwise, naming `what` and the kernels' range).
+Status check_plan_heads_and_mode(const LayerLayout& layout, const kvcompact::tq::QuantConfig& config,
+                                 std::uint32_t q_heads, bool supported, const char* what);
 // Mismatch unless the codec's head_dim and mode are the plan's.
 Status check_codec_matches_plan(const DeviceCodec& codec, const LayerLayout& layout,
                                 const kvcompact::tq::QuantConfig& config);

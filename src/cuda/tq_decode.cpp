@@ -24,16 +24,7 @@ Result<DecodePlan> plan_decode(const LayerLayout& layout, const kvcompact::tq::Q
                                std::uint32_t q_heads, std::uint32_t max_length, int multiprocessors) {
   using detail::kDecodeGroup;
   using detail::kDecodeTile;
-  if (layout.kv_heads == 0 || q_heads == 0 || q_heads % layout.kv_heads != 0) {
-    return make_error(ErrorCode::InvalidArgument, "q_heads {} must be a positive multiple of kv_heads {}", q_heads,
-                      layout.kv_heads);
-  }
-  if (!decode_supported(layout.head_dim, config)) {
-    return make_error(ErrorCode::Unsupported,
-                      "CUDA decode attention has no kernel for head_dim {} with mode {} (head_dim 64/128/256, key "
-                      "code bits 1..5, value bits 2..4)",
-                      layout.head_dim, config.name());
-  }
+  KVC_TRY(detail::check_plan_heads_and_mode(layout, config, q_heads, decode_supported(layout.head_dim, config), "decode"));
   if (max_length > layout.capacity) {
     return make_error(ErrorCode::OutOfRange, "max_length {} exceeds the layout capacity {}", max_length,
                       layout.capacity);

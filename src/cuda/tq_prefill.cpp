@@ -26,16 +26,7 @@ bool prefill_supported(std::uint32_t head_dim, const kvcompact::tq::QuantConfig&
 Result<PrefillPlan> plan_prefill(const LayerLayout& layout, const kvcompact::tq::QuantConfig& config,
                                  std::uint32_t q_heads, std::uint32_t max_rows, std::uint32_t max_length,
                                  int multiprocessors, PrefillPrecision precision) {
-  if (layout.kv_heads == 0 || q_heads == 0 || q_heads % layout.kv_heads != 0) {
-    return make_error(ErrorCode::InvalidArgument, "q_heads {} must be a positive multiple of kv_heads {}", q_heads,
-                      layout.kv_heads);
-  }
-  if (!prefill_supported(layout.head_dim, config)) {
-    return make_error(ErrorCode::Unsupported,
-                      "CUDA prefill attention has no kernel for head_dim {} with mode {} (head_dim 64/128/256, key "
-                      "code bits 1..5, value bits 2..4)",
-                      layout.head_dim, config.name());
-  }
+  KVC_TRY(detail::check_plan_heads_and_mode(layout, config, q_heads, prefill_supported(layout.head_dim, config), "prefill"));
   if (precision != PrefillPrecision::HiLo && precision != PrefillPrecision::Fast) {
     return make_error(ErrorCode::InvalidArgument, "unknown prefill precision {}", static_cast<int>(precision));
   }
