@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kvcompact/core/checksum.hpp"
+#include "fuzz_images.hpp"
 #include "kvcompact/dsv4/anchor_image.hpp"
 
 namespace {
@@ -18,33 +19,12 @@ namespace {
 using namespace kvcompact;
 using namespace kvcompact::dsv4;
 
-constexpr std::uint64_t kContext = 300;
-
-ModelConfig fuzz_model() {
-  ModelConfig model;
-  model.name = "fuzz";
-  model.num_hidden_layers = 2;
-  model.compress_ratios = {0, 4};  // no m = 128 layer: its 512 KiB state would drown the interesting bytes
-  model.max_position_embeddings = 4096;
-  return model;
-}
+using fuzzing::fuzz_model;
+constexpr std::uint64_t kContext = fuzzing::kFuzzContext;
 
 const std::vector<std::uint8_t>& base_image() {
-  static const std::vector<std::uint8_t> image = [] {
-    auto cache = Deepseek4Cache::create(fuzz_model(), kContext, {RowStorage::Fp8, IndexerStorage::Mxfp4});
-    std::vector<std::uint32_t> tokens;
-    for (std::uint32_t t = 0; t < 9; ++t) {
-      auto step = cache->plan_next_step();
-      for (std::uint32_t l = 0; l < cache->num_layers(); ++l) {
-        auto row = cache->window_rows(l).row(step->window_write_slot);
-        for (std::size_t i = 0; i < row.size(); ++i) row[i] = static_cast<std::uint8_t>(t * 31 + i);
-        if (auto slot = step->layers[l].indexer_write_slot) cache->indexer_rows(l).row(*slot)[0] = 0x42;
-      }
-      (void)cache->commit_step(t);
-      tokens.push_back(1000 + t);
-    }
-    return *encode_anchor_image(*cache, tokens);
-  }();
+  static const std::vector<std::uint8_t> image =
+      fuzzing::fuzz_anchor_image({RowStorage::Fp8, IndexerStorage::Mxfp4}, 9);
   return image;
 }
 

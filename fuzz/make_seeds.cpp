@@ -1,5 +1,6 @@
-// Writes small valid inputs for each fuzz target into DIR/<target>/, so the fuzzers start from real
-// blobs and images (a checksum is hard to guess) and mutate past the header checks. Run by .ci/run.
+// Writes small valid inputs for each fuzz target into DIR/<target>/ (layer blobs, anchor images), so the
+// fuzzers start from real blobs and images (a checksum is hard to guess) and mutate past the header checks.
+// Run by .ci/run.
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -7,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "fuzz_images.hpp"
 #include "kvcompact/tq/snapshot_blob.hpp"
 
 namespace {
@@ -52,6 +54,24 @@ int write_layer_blob_seeds(const std::filesystem::path& dir) {
   return 0;
 }
 
+// Anchor images of the fuzz model at a few positions (empty window, a partial window, a full window with
+// compressed and indexer rows) and storages.
+int write_anchor_image_seeds(const std::filesystem::path& dir) {
+  using namespace kvcompact::dsv4;
+  std::filesystem::create_directories(dir);
+  int index = 0;
+  for (StorageConfig storage : {StorageConfig{RowStorage::Fp8, IndexerStorage::Mxfp4},
+                                StorageConfig{RowStorage::Bf16, IndexerStorage::Bf16},
+                                StorageConfig{RowStorage::Fp8, IndexerStorage::Fp8}}) {
+    for (std::uint32_t steps : {0u, 9u, 131u}) {
+      const std::vector<std::uint8_t> image = kvcompact::fuzzing::fuzz_anchor_image(storage, steps);
+      if (image.empty()) return 1;
+      write_file(dir / ("anchor_" + std::to_string(index++)), image);
+    }
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -62,6 +82,10 @@ int main(int argc, char** argv) {
   const std::filesystem::path root(argv[1]);
   if (write_layer_blob_seeds(root / "kvcompact_layer_blob_fuzz") != 0) {
     std::fprintf(stderr, "make_seeds: could not build the layer blob seeds\n");
+    return 1;
+  }
+  if (write_anchor_image_seeds(root / "kvcompact_anchor_image_fuzz") != 0) {
+    std::fprintf(stderr, "make_seeds: could not build the anchor image seeds\n");
     return 1;
   }
   return 0;
