@@ -162,12 +162,7 @@ Status DeviceCache::truncate_layer(std::uint32_t layer, std::uint32_t seq, std::
   const std::uint32_t length = l.lengths[seq];
   if (position >= length) return ok_status();
   const std::uint32_t w = l.layout.exact_window;
-  if (w > 0) {
-    // Same rule as the CPU cache: of the ring's rows [max(window_begin, length − W), length) those below
-    // `position` survive.
-    const std::uint32_t recent = length > w ? length - w : 0u;
-    l.window_begins[seq] = std::min(position, std::max(l.window_begins[seq], recent));
-  }
+  if (w > 0) l.window_begins[seq] = ktq::window_begin_after_truncate(length, l.window_begins[seq], w, position);
   l.lengths[seq] = position;
   return sync_positions(layer);
 }

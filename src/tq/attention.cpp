@@ -742,6 +742,12 @@ std::uint32_t exact_window_begin(std::uint32_t length, std::uint32_t window_begi
   return std::min(length, std::max(window_begin, recent));
 }
 
+std::uint32_t window_begin_after_truncate(std::uint32_t length, std::uint32_t window_begin, std::uint32_t exact_window,
+                                          std::uint32_t position) {
+  const std::uint32_t recent = length > exact_window ? length - exact_window : 0u;
+  return std::min(position, std::max(window_begin, recent));
+}
+
 Status validate_requests(std::uint32_t sequences, const std::uint32_t* lengths,
                          std::span<const AttentionRequest> requests) {
   for (std::size_t r = 0; r < requests.size(); ++r) {

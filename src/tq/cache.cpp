@@ -226,13 +226,7 @@ Status TurboQuantCache::truncate_layer(std::uint32_t layer, std::uint32_t seq, s
   const std::uint32_t length = l.lengths[seq];
   if (position >= length) return ok_status();
   const std::uint32_t w = l.layout.exact_window;
-  if (w > 0) {
-    // Before the truncation the ring held [max(window_begin, length − W), length). Of those, the positions
-    // below `position` survive; positions appended from `position` on refill the ring. So the valid rows
-    // start at that old begin when it is below `position`, else at `position` (nothing survives).
-    const std::uint32_t recent = length > w ? length - w : 0u;
-    l.window_begins[seq] = std::min(position, std::max(l.window_begins[seq], recent));
-  }
+  if (w > 0) l.window_begins[seq] = window_begin_after_truncate(length, l.window_begins[seq], w, position);
   l.lengths[seq] = position;
   return ok_status();
 }

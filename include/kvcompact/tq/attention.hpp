@@ -47,6 +47,13 @@ struct LayerView {
 // when there is no window. Positions in [exact_window_begin, length) use the exact rows.
 std::uint32_t exact_window_begin(std::uint32_t length, std::uint32_t window_begin, std::uint32_t exact_window);
 
+// The window start after truncating a sequence of `length` tokens to `position` (< length): the ring held
+// [max(window_begin, length − W), length); of those the positions below `position` survive, and positions
+// appended from `position` on refill the ring. So the valid rows start at that old begin when it is below
+// `position`, else at `position` (nothing survives). Every TurboQuant cache (CPU and GPU) truncates by it.
+std::uint32_t window_begin_after_truncate(std::uint32_t length, std::uint32_t window_begin, std::uint32_t exact_window,
+                                          std::uint32_t position);
+
 // Checks shapes and positions of a batch (q_heads a positive multiple of kv_heads, seq in range,
 // first_position + rows ≤ length, non-null pointers, finite scale); InvalidArgument / OutOfRange otherwise.
 Status validate_attention(const LayerView& layer, std::span<const AttentionRequest> requests,
