@@ -7,12 +7,16 @@
 
 #include <cstdint>
 #include <cstring>
+#include <random>
 #include <utility>
 #include <vector>
 
 #include "kvcompact/core/dtypes.hpp"
 #include "kvcompact/core/error.hpp"
 #include "kvcompact/cuda/runtime.hpp"
+#include "kvcompact/cuda/tq.hpp"
+#include "kvcompact/tq/cache.hpp"
+#include "unit/tq/attention_test_util.hpp"
 
 #define SKIP_WITHOUT_GPU()                                                                                         \
   do {                                                                                                             \
@@ -48,6 +52,36 @@ inline std::vector<std::uint8_t> to_dtype(const std::vector<float>& rows, DType 
     std::memcpy(out.data() + 2 * i, &h, 2);
   }
   return out;
+}
+
+// A one-layer CPU cache (capacity `capacity`) whose sequence s holds lengths[s] random tokens: keys with
+// outlier channels, then values, drawn per sequence in that order.
+inline kvcompact::tq::TurboQuantCache random_cpu_cache(std::mt19937_64& rng, const kvcompact::tq::QuantConfig& config,
+                                                       std::uint32_t d, std::uint32_t kv_heads,
+                                                       const std::vector<std::uint32_t>& lengths,
+                                                       std::uint32_t capacity) {
+  using kvcompact::tq::testing::random_rows;
+  kvcompact::tq::CacheShape shape;
+  shape.head_dim = d;
+  shape.kv_heads = {kv_heads};
+  shape.sequences = static_cast<std::uint32_t>(lengths.size());
+  shape.capacity = capacity;
+  auto cache = take(kvcompact::tq::TurboQuantCache::create(shape, config));
+  for (std::uint32_t s = 0; s < shape.sequences; ++s) {
+    const auto k = random_rows(rng, std::size_t{lengths[s]} * kv_heads, d, 1.0f, true);
+    const auto v = random_rows(rng, std::size_t{lengths[s]} * kv_heads, d, 1.0f, false);
+    const Status st = cache.append(0, s, 0, lengths[s], DType::F32, k.data(), v.data());
+    EXPECT_TRUE(st.ok()) << "append: " << (st.ok() ? "" : st.error().to_string());
+  }
+  return cache;
+}
+
+// A device copy of a CPU layer's bytes in a buffer of layer_buffer_bytes (planned bytes + slack).
+inline DeviceBuffer upload_layer(const kvcompact::tq::LayerView& view) {
+  auto layer = take(DeviceBuffer::allocate(tq::layer_buffer_bytes(*view.layout)));
+  const Status st = layer.upload(view.data, view.layout->total_bytes);
+  EXPECT_TRUE(st.ok()) << "upload: " << (st.ok() ? "" : st.error().to_string());
+  return layer;
 }
 
 }  // namespace kvcompact::cuda::testing

@@ -355,21 +355,10 @@ TEST(CudaDecode, RunIsCapturableInACudaGraph) {
   const QuantConfig config = QuantConfig::seed_system(seed);
   const std::uint32_t d = 128, kv_heads = 2, q_heads = 8, seqs = 3;
   const std::vector<std::uint32_t> lengths = {700, 1, 1300};
-  CacheShape shape;
-  shape.head_dim = d;
-  shape.kv_heads = {kv_heads};
-  shape.sequences = seqs;
-  shape.capacity = 1300;
-  auto cache = take(TurboQuantCache::create(shape, config));
-  for (std::uint32_t s = 0; s < seqs; ++s) {
-    const auto k = random_rows(rng, std::size_t{lengths[s]} * kv_heads, d, 1.0f, true);
-    const auto v = random_rows(rng, std::size_t{lengths[s]} * kv_heads, d, 1.0f, false);
-    ASSERT_OK(cache.append(0, s, 0, lengths[s], DType::F32, k.data(), v.data()));
-  }
+  auto cache = testing::random_cpu_cache(rng, config, d, kv_heads, lengths, 1300);
   const auto view = cache.view(0);
   auto codec = take(DeviceCodec::create(*view.codec));
-  auto layer = take(DeviceBuffer::allocate(layer_buffer_bytes(*view.layout)));
-  ASSERT_OK(layer.upload(view.data, view.layout->total_bytes));
+  auto layer = testing::upload_layer(view);
   auto dlen = take(DeviceBuffer::allocate(4ull * seqs));
   ASSERT_OK(dlen.upload(lengths.data(), 4ull * seqs));
   const auto q = random_rows(rng, std::size_t{seqs} * q_heads, d, 1.0f, false);

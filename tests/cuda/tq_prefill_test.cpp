@@ -270,21 +270,10 @@ TEST(CudaPrefill, RunIsCapturableInACudaGraph) {
   const std::uint32_t d = 128, kv_heads = 2, q_heads = 8, seqs = 2;
   const std::vector<std::uint32_t> lengths = {700, 130};
   const std::vector<std::uint32_t> firsts = {600, 0}, rows = {100, 130};
-  CacheShape shape;
-  shape.head_dim = d;
-  shape.kv_heads = {kv_heads};
-  shape.sequences = seqs;
-  shape.capacity = 700;
-  auto cache = take(TurboQuantCache::create(shape, config));
-  for (std::uint32_t s = 0; s < seqs; ++s) {
-    const auto k = random_rows(rng, std::size_t{lengths[s]} * kv_heads, d, 1.0f, true);
-    const auto v = random_rows(rng, std::size_t{lengths[s]} * kv_heads, d, 1.0f, false);
-    ASSERT_OK(cache.append(0, s, 0, lengths[s], DType::F32, k.data(), v.data()));
-  }
+  auto cache = testing::random_cpu_cache(rng, config, d, kv_heads, lengths, 700);
   const auto view = cache.view(0);
   auto codec = take(DeviceCodec::create(*view.codec));
-  auto layer = take(DeviceBuffer::allocate(layer_buffer_bytes(*view.layout)));
-  ASSERT_OK(layer.upload(view.data, view.layout->total_bytes));
+  auto layer = testing::upload_layer(view);
   std::vector<std::uint32_t> begins(view.window_begins, view.window_begins + seqs);
   auto dlen = take(DeviceBuffer::allocate(8));
   auto dbeg = take(DeviceBuffer::allocate(8));
