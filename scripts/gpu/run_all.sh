@@ -3,6 +3,10 @@
 # memcheck and racecheck on a small filter, the kvcompact CUDA benchmark, the torch SDPA bf16 baseline and the
 # copy bandwidth in the same run, then print the table. CSVs and logs go to $OUT (default ./out).
 # Usage: scripts/gpu/run_all.sh [--quick] [--no-sanitize] [--no-bench]
+# Environment: STEPS (regex over scripts/gpu/steps/*.sh names, default all), DECODE_BENCH=0 (skip the decode
+# benchmark and its SDPA baseline), PROFILE="MODE BATCH CONTEXT" (case of the decode profile, default
+# "seed 32 32768"), PROFILE_SOURCE=1 (also per-instruction SASS stall samples of the decode kernel: sass.csv.gz),
+# SANITIZE_TIMEOUT / PROFILE_TIMEOUT / TEST_TIMEOUT (seconds per tool / test-binary run).
 # Build dependencies: the system's, or a prefix in .deps/usr (copied from a Debian machine: fmt, gtest, ...).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -35,7 +39,7 @@ echo "build: $(( $(date +%s) - t0 )) s"
 TESTS="$BUILD/tests/cuda/kvcompact_cuda_tests"
 BENCHBIN="$BUILD/src/cuda/bench/kvcompact_cuda_bench"
 echo "== GPU tests"
-"$TESTS" > "$OUT/tests.log" 2>&1
+timeout "${TEST_TIMEOUT:-300}" "$TESTS" > "$OUT/tests.log" 2>&1
 test_rc=$?
 grep -E "^\[ *(OK|FAILED|SKIPPED|PASSED) " "$OUT/tests.log" | head -40
 grep -E "Failure" -A7 "$OUT/tests.log" | head -80
@@ -46,7 +50,7 @@ echo "tests exit code: $test_rc"
 DSV4_TESTS="$BUILD/tests/cuda_dsv4/kvcompact_cuda_dsv4_tests"
 if [ -x "$DSV4_TESTS" ]; then
   echo "== GPU tests (DeepSeek-V4)"
-  "$DSV4_TESTS" > "$OUT/tests_dsv4.log" 2>&1
+  timeout "${TEST_TIMEOUT:-300}" "$DSV4_TESTS" > "$OUT/tests_dsv4.log" 2>&1
   dsv4_rc=$?
   grep -E "^\[ *(OK|FAILED|SKIPPED|PASSED) " "$OUT/tests_dsv4.log" | head -40
   grep -E "Failure" -A7 "$OUT/tests_dsv4.log" | head -60
@@ -54,7 +58,7 @@ if [ -x "$DSV4_TESTS" ]; then
   echo "dsv4 tests exit code: $dsv4_rc"
   [ "$dsv4_rc" = 0 ] || test_rc=$dsv4_rc
 fi
-if [ "$BENCH" = 1 ]; then
+if [ "$BENCH" = 1 ] && [ "${DECODE_BENCH:-1}" = 1 ]; then
   echo "== kvcompact CUDA benchmark"
   "$BENCHBIN" $QUICK --csv "$OUT/tq_bench.csv" 2>&1 | tee -a "$OUT/bench.log" | tail -40
   echo "== torch SDPA bf16 baseline"
@@ -66,6 +70,7 @@ if [ "$BENCH" = 1 ]; then
   # Further benchmark steps (prefill, DeepSeek-V4, ...): each scripts/gpu/steps/*.sh gets BUILD, OUT, QUICK.
   for step in scripts/gpu/steps/*.sh; do
     [ -f "$step" ] || continue
+    [[ "$(basename "$step" .sh)" =~ ${STEPS:-.} ]] || continue
     echo "== step $(basename "$step")"
     BUILD="$BUILD" OUT="$OUT" QUICK="$QUICK" bash "$step" 2>&1 | tee -a "$OUT/steps.log" | tail -60
   done
@@ -73,12 +78,21 @@ fi
 if [ "$BENCH" = 1 ] && command -v ncu > /dev/null; then
   # One profile of the fused decode kernel (seed mode, batch 32, 32K): speed of light, memory, compute,
   # warp stalls, occupancy. Clocks are left alone (--clock-control none).
-  echo "== ncu: decode_kernel, seed 32 x 32768"
+  CASE=(${PROFILE:-seed 32 32768})
+  echo "== ncu: decode_kernel, ${CASE[*]}"
+  SOURCE=()
+  [ "${PROFILE_SOURCE:-0}" = 1 ] && SOURCE=(--section SourceCounters --section InstructionStats --section SchedulerStats
+                                          --import-source no -o "$OUT/decode_profile")
   timeout "${PROFILE_TIMEOUT:-120}" ncu --clock-control none -k regex:decode_kernel --launch-skip 3 --launch-count 1 \
     --section SpeedOfLight --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
-    --section WarpStateStats --section Occupancy --section LaunchStats \
-    "$BENCHBIN" --only seed 32 32768 > "$OUT/ncu.txt" 2>&1
+    --section WarpStateStats --section Occupancy --section LaunchStats "${SOURCE[@]}" \
+    "$BENCHBIN" --only "${CASE[@]}" > "$OUT/ncu.txt" 2>&1
   echo "ncu exit code: $?"
+  if [ -f "$OUT/decode_profile.ncu-rep" ]; then
+    ncu -i "$OUT/decode_profile.ncu-rep" --page details >> "$OUT/ncu.txt" 2>&1
+    ncu -i "$OUT/decode_profile.ncu-rep" --page source --csv --print-source sass 2> "$OUT/sass_err.txt" | gzip > "$OUT/sass.csv.gz"
+    rm -f "$OUT/decode_profile.ncu-rep"
+  fi
   grep -E "Duration|Memory Throughput|DRAM Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Registers Per|Shared Memory Configuration Size|Issue Slots Busy|Executed Ipc Active|L1/TEX Hit|Stall|Warp Cycles Per Issued|Theoretical Occupancy|Block Limit" "$OUT/ncu.txt" | head -40
 fi
 if [ "$SANITIZE" = 1 ] && command -v compute-sanitizer > /dev/null; then
