@@ -33,20 +33,30 @@ using bench::take;
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string csv_path, only_mode;
+  std::string csv_path;
   bool quick = false;
-  unsigned only_batch = 0, only_ctx = 0;
+  struct Case { std::string mode; unsigned batch, ctx; };
+  std::vector<Case> only_cases;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--csv") == 0 && i + 1 < argc) csv_path = argv[++i];
     if (std::strcmp(argv[i], "--quick") == 0) quick = true;
-    // --only MODE BATCH CONTEXT: one decode case and nothing else (for the profiler).
+    // --only MODE BATCH CONTEXT (repeatable): these decode cases and nothing else (profiler, A/B runs).
     if (std::strcmp(argv[i], "--only") == 0 && i + 3 < argc) {
-      only_mode = argv[++i];
-      only_batch = static_cast<unsigned>(std::atoi(argv[++i]));
-      only_ctx = static_cast<unsigned>(std::atoi(argv[++i]));
+      Case c;
+      c.mode = argv[i + 1];
+      c.batch = static_cast<unsigned>(std::atoi(argv[i + 2]));
+      c.ctx = static_cast<unsigned>(std::atoi(argv[i + 3]));
+      only_cases.push_back(c);
+      i += 3;
     }
   }
-  const bool only = !only_mode.empty();
+  const bool only = !only_cases.empty();
+  auto wanted = [&](const std::string& mode, unsigned batch, unsigned ctx) {
+    if (!only) return true;
+    for (const Case& c : only_cases)
+      if (c.mode == mode && c.batch == batch && c.ctx == ctx) return true;
+    return false;
+  };
   if (cuda::device_count() == 0) {
     std::fprintf(stderr, "no CUDA device\n");
     return 1;
@@ -80,16 +90,22 @@ int main(int argc, char** argv) {
     contexts = {4096, 32768};
   }
   if (only) {
-    batches = {only_batch};
-    contexts = {only_ctx};
+    batches.clear();
+    contexts.clear();
+    for (const Case& c : only_cases) {
+      if (std::find(batches.begin(), batches.end(), c.batch) == batches.end()) batches.push_back(c.batch);
+      if (std::find(contexts.begin(), contexts.end(), c.ctx) == contexts.end()) contexts.push_back(c.ctx);
+    }
   }
   std::printf("\n%-12s %5s %7s %5s %10s %12s %9s %7s\n", "mode", "batch", "context", "split", "us", "bytes", "GB/s", "%copy");
   for (const Mode& mode : modes) {
-    if (only && only_mode != mode.name) continue;
+    if (only && !std::any_of(only_cases.begin(), only_cases.end(), [&](const Case& c) { return c.mode == mode.name; }))
+      continue;
     auto codec = take(tq::LayerCodec::create(head_dim, mode.config, 0), "LayerCodec::create");
     auto dcodec = take(cuda::tq::DeviceCodec::create(codec), "DeviceCodec::create");
     for (std::uint32_t batch : batches) {
       for (std::uint32_t ctx : contexts) {
+        if (!wanted(mode.name, batch, ctx)) continue;
         auto layout = take(tq::plan_layer_layout(head_dim, kv_heads, batch, ctx, mode.config), "plan_layer_layout");
         const std::uint64_t layer_bytes = cuda::tq::layer_buffer_bytes(layout);
         const std::uint64_t copies = std::clamp<std::uint64_t>((512ull << 20) / layer_bytes + 1, 1, 128);

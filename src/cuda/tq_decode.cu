@@ -24,6 +24,15 @@ constexpr unsigned kWarpTokens = 16 * kMt;   // tokens per warp and stage
 constexpr unsigned kStages = 2;
 constexpr unsigned kThreads = kDecodeThreads;
 constexpr unsigned kGroup = kDecodeGroup;
+// 4-bit keys look a whole code byte (two coordinates) up in a 256-entry half2 table replicated kKeyCopies
+// times (entry e, copy k at word e·kKeyCopies + k; lane l reads copy l mod kKeyCopies): one byte permute and
+// one IMAD address a pair instead of two shift + LOP3 pairs and a byte permute. Fewer copies mean less shared
+// memory but bank conflicts between the lanes that share a copy (32 / kKeyCopies lanes, random entries).
+#ifndef KVC_DECODE_KEY_COPIES
+#define KVC_DECODE_KEY_COPIES 16
+#endif
+constexpr unsigned kKeyCopies = KVC_DECODE_KEY_COPIES;
+static_assert(kKeyCopies >= 1 && kKeyCopies <= 32 && (kKeyCopies & (kKeyCopies - 1)) == 0, "power of two ≤ 32");
 
 __device__ inline std::uint32_t exact_begin(std::uint32_t length, std::uint32_t window_begin, std::uint32_t w) {
   if (w == 0) return length;
@@ -137,6 +146,14 @@ __device__ __forceinline__ std::uint32_t field_offset(const Slice<NS>& b, unsign
   asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(w), "n"(mask), "r"(lane_bytes));
   return r;
 }
+// Byte offset of the code-byte table entry of byte b of w for the lane's copy: the byte by a permute, the
+// scaling and the lane's copy by one multiply-add (FMA pipe; the integer ALU pipe is the kernel's busiest).
+__device__ __forceinline__ std::uint32_t byte_entry(std::uint32_t w, unsigned b, std::uint32_t lane_bytes) {
+  const std::uint32_t x = __byte_perm(w, 0u, 0x4440u | b);
+  std::uint32_t r;
+  asm("mad.lo.u32 %0, %1, %2, %3;" : "=r"(r) : "r"(x), "n"(4 * kKeyCopies), "r"(lane_bytes));
+  return r;
+}
 template <typename T>
 __device__ __forceinline__ T lds_at(const void* base, std::uint32_t byte_offset) {
   return *reinterpret_cast<const T*>(reinterpret_cast<const std::uint8_t*>(base) + byte_offset);
@@ -173,15 +190,20 @@ struct Shape {
   // Lookup tables are replicated once per lane (entry e of lane l at word 32e + l, so bank l): any mix of
   // indices across a warp is one shared-memory wavefront. Narrow codes look a pair of coordinates up at once
   // (2^(2b) entries); 4- and 5-bit codes look single coordinates up and pair them with a byte permute.
-  static constexpr bool pair_keys = CB <= 3, pair_values = VB <= 3;
-  // 2-bit codes need no table in shared memory (dequant2 reads register tables).
-  static constexpr unsigned lut_k = CB == 2 ? 0u : (pair_keys ? (1u << (2 * CB)) : (1u << CB)) * 128u;
+  static constexpr bool pair_keys = CB <= 3, pair_values = VB <= 3, byte_keys = CB == 4;
+  // 2-bit codes need no table in shared memory (dequant2 reads register tables); 4-bit keys a code-byte table.
+  static constexpr unsigned lut_k = CB == 2   ? 0u
+                                    : byte_keys ? 256u * 4u * kKeyCopies
+                                                : (pair_keys ? (1u << (2 * CB)) : (1u << CB)) * 128u;
   static constexpr unsigned lut_v = VB == 2 ? 0u : (pair_values ? (1u << (2 * VB)) : (1u << VB)) * 128u;
   static constexpr unsigned lut_s = 16 * 8;
-  static constexpr unsigned qfrag = (D / 16) * 32 * 32, qscale = kGroup * 2 * 4;
+  // Query B fragments (uint4: fp16 hi and lo parts) per k-step and lane: the code part, then (QJL only) the
+  // QJL part, last in shared memory so that mse modes do not reserve the second half.
+  static constexpr unsigned qfrag_entries = (D / 16) * 32, qscale = kGroup * 2 * 4;
+  __host__ __device__ static constexpr unsigned qfrag(bool qjl) { return qfrag_entries * 16 * (qjl ? 2u : 1u); }
   static constexpr unsigned bars = 8 * kStages;  // one mbarrier per stage (offset is a multiple of 16)
-  static constexpr unsigned tables = lut_k + lut_v + lut_s + qfrag + qscale + bars;
-  __host__ __device__ static constexpr unsigned total(bool qjl) { return main_area(qjl) + tables; }
+  static constexpr unsigned tables = lut_k + lut_v + lut_s + qscale + bars;
+  __host__ __device__ static constexpr unsigned total(bool qjl) { return main_area(qjl) + tables + qfrag(qjl); }
   // Per-lane slices of a token row: key codes and signs of coordinates [c·D/4, (c+1)·D/4) (lane c = lane % 4),
   // value codes of coordinates [g·D/8, (g+1)·D/8) (g = lane / 4).
   static constexpr unsigned slice_k = D * CB / 32, slice_s = D / 32, slice_v = D * VB / 64;
@@ -205,8 +227,17 @@ __device__ inline std::uint32_t region_shift(const std::uint8_t* region) {
   return static_cast<std::uint32_t>(reinterpret_cast<std::uintptr_t>(region) & 15u);
 }
 
+// Blocks per multiprocessor that the register budget is sized for: as many as the shared memory of the mse
+// modes admits (228 KB per SM, 1 KB reserved per block), at most 5 (96 registers); d = 256 needs more registers.
 template <int D, int CB, int VB>
-__global__ void __launch_bounds__(kThreads, D <= 128 ? 5 : 1) decode_kernel(DecodeParams p) {
+constexpr int decode_min_blocks() {
+  if (D > 128) return 1;
+  const unsigned fit = (228u * 1024u) / (Shape<D, CB, VB>::total(false) + 1024u);
+  return fit >= 5 ? 5 : (fit < 1 ? 1 : static_cast<int>(fit));
+}
+
+template <int D, int CB, int VB>
+__global__ void __launch_bounds__(kThreads, (decode_min_blocks<D, CB, VB>())) decode_kernel(DecodeParams p) {
   using S = Shape<D, CB, VB>;
   // Stage layout: key codes, key norms, value codes, value norms, then (QJL only) signs and ρ, so the
   // offsets of the buffers every mode reads are compile-time constants.
@@ -220,14 +251,15 @@ __global__ void __launch_bounds__(kThreads, D <= 128 ? 5 : 1) decode_kernel(Deco
   std::uint32_t* lut_k = reinterpret_cast<std::uint32_t*>(smem + main_bytes);
   std::uint32_t* lut_v = reinterpret_cast<std::uint32_t*>(smem + main_bytes + S::lut_k);
   uint2* lut_s = reinterpret_cast<uint2*>(smem + main_bytes + S::lut_k + S::lut_v);
-  uint4* qfrag = reinterpret_cast<uint4*>(reinterpret_cast<std::uint8_t*>(lut_s) + S::lut_s);
-  float* qscale = reinterpret_cast<float*>(reinterpret_cast<std::uint8_t*>(qfrag) + S::qfrag);
+  float* qscale = reinterpret_cast<float*>(reinterpret_cast<std::uint8_t*>(lut_s) + S::lut_s);
   std::uint64_t* bars = reinterpret_cast<std::uint64_t*>(reinterpret_cast<std::uint8_t*>(qscale) + S::qscale);
+  uint4* qfrag = reinterpret_cast<uint4*>(reinterpret_cast<std::uint8_t*>(bars) + S::bars);  // [which][kk][lane]
 
   const Tables& t = *p.tables;
   const unsigned tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5;
   const unsigned g = lane >> 2, c = lane & 3u;
   const std::uint32_t lane4 = 4u * lane;  // a lane's byte offset inside every lane-replicated table entry
+  const std::uint32_t key_lane = 4u * (lane % kKeyCopies);  // the same for the code-byte table of 4-bit keys
   std::uint32_t ktl = 0, kth = 0, vtl = 0, vth = 0;  // 2-bit codes: centroid byte tables (dequant2)
   if constexpr (CB == 2) byte_tables(p.tables->key_centroids, p.tables->key_lut_scale, ktl, kth);
   if constexpr (VB == 2) byte_tables(p.tables->value_centroids, p.tables->value_lut_scale, vtl, vth);
@@ -261,7 +293,13 @@ __global__ void __launch_bounds__(kThreads, D <= 128 ? 5 : 1) decode_kernel(Deco
     constexpr unsigned km = (1u << CB) - 1u, vm = (1u << VB) - 1u;
     constexpr unsigned nk = S::pair_keys ? (1u << (2 * CB)) : (1u << CB);
     constexpr unsigned nv = S::pair_values ? (1u << (2 * VB)) : (1u << VB);
-    if constexpr (S::lut_k != 0) {
+    if constexpr (S::byte_keys) {
+      for (unsigned i = tid; i < 256 * kKeyCopies; i += kThreads) {
+        const unsigned e = i / kKeyCopies;
+        const float a = t.key_lut_scale;
+        lut_k[i] = pack_half2(a * t.key_centroids[e & 15u], a * t.key_centroids[e >> 4]);
+      }
+    } else if constexpr (S::lut_k != 0) {
       for (unsigned i = tid; i < nk * 32; i += kThreads) {
         const unsigned e = i >> 5;
         const float a = t.key_lut_scale;
@@ -326,7 +364,7 @@ __global__ void __launch_bounds__(kThreads, D <= 128 ? 5 : 1) decode_kernel(Deco
     __syncthreads();
     for (unsigned i = tid; i < (D / 16) * 32; i += kThreads) {
       const unsigned kk = i / 32, l = i % 32, hg8 = l >> 2, cc = l & 3u;
-      for (unsigned which = 0; which < 2; ++which) {
+      for (unsigned which = 0; which < (qjl ? 2u : 1u); ++which) {
         // Lane (g, c) of k-step kk holds coordinates c·D/4 + 4kk .. +3 (the keys' A fragments use the same
         // order: any permutation of the reduction index works when both operands share it), so the codes a
         // lane needs from one token row over all k-steps are one contiguous slice.
@@ -342,7 +380,7 @@ __global__ void __launch_bounds__(kThreads, D <= 128 ? 5 : 1) decode_kernel(Deco
         v.y = *reinterpret_cast<const std::uint32_t*>(&h89);
         v.z = pack_half2(x0 - f01.x, x1 - f01.y);
         v.w = pack_half2(x8 - f89.x, x9 - f89.y);
-        qfrag[2 * i + which] = v;
+        qfrag[which * S::qfrag_entries + i] = v;
       }
     }
     __syncthreads();
@@ -433,12 +471,19 @@ __global__ void __launch_bounds__(kThreads, D <= 128 ? 5 : 1) decode_kernel(Deco
     }
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
-      const uint4 qb = qfrag[2 * (kk * 32 + lane)];
+      const uint4 qb = qfrag[kk * 32 + lane];
 #pragma unroll
       for (int mt = 0; mt < kMt; ++mt) {
         std::uint32_t a0, a1, a2, a3;
         const unsigned pos = 4 * CB * kk;
-        if constexpr (CB == 2) {
+        if constexpr (S::byte_keys) {
+          // Coordinates 4kk, 4kk + 1 are byte 2kk of the lane's slice, 4kk + 2, 4kk + 3 byte 2kk + 1.
+          const unsigned wd = kk / 2, b = (2 * kk) % 4;
+          a0 = lds_at<std::uint32_t>(lut_k, byte_entry(kq0[mt].w[wd], b, key_lane));
+          a2 = lds_at<std::uint32_t>(lut_k, byte_entry(kq0[mt].w[wd], b + 1, key_lane));
+          a1 = lds_at<std::uint32_t>(lut_k, byte_entry(kq1[mt].w[wd], b, key_lane));
+          a3 = lds_at<std::uint32_t>(lut_k, byte_entry(kq1[mt].w[wd], b + 1, key_lane));
+        } else if constexpr (CB == 2) {
           const KeyPairSource src = key_pair_source(kk);
           const std::uint32_t n0 = nibble_codes(kq0[mt].w[src.word], src.j, src.upper);
           const std::uint32_t n1 = nibble_codes(kq1[mt].w[src.word], src.j, src.upper);
@@ -488,7 +533,7 @@ __global__ void __launch_bounds__(kThreads, D <= 128 ? 5 : 1) decode_kernel(Deco
       }
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk) {
-        const uint4 qb = qfrag[2 * (kk * 32 + lane) + 1];
+        const uint4 qb = qfrag[S::qfrag_entries + kk * 32 + lane];
 #pragma unroll
         for (int mt = 0; mt < kMt; ++mt) {
           const uint2 x0 = lds_at<uint2>(lut_s, field_offset<4, 3>(sg0[mt], 4 * kk, 0u));
