@@ -12,8 +12,7 @@
 
 namespace kvcompact::cuda::tq::detail {
 
-inline constexpr unsigned kDecodeTile = 128;    // tokens per pipeline stage (4 warps × 2 m-tiles × 16)
-inline constexpr unsigned kDecodeThreads = 128;
+inline constexpr unsigned kDecodeThreads = 128;  // window and merge kernels (the fused kernel: decode_tile_tokens)
 inline constexpr unsigned kDecodeGroup = 8;     // query heads per block (the MMA's N)
 inline constexpr unsigned kMaxWindow = 8192;    // window scores live in shared memory
 
@@ -37,6 +36,8 @@ struct DecodeParams {
 // Shared memory of the fused kernel for (head_dim, key code bits, value bits, QJL); 0 when there is no kernel.
 std::uint32_t decode_smem_bytes(std::uint32_t head_dim, std::uint32_t key_code_bits, std::uint32_t value_bits,
                                 bool qjl);
+// Tokens per pipeline stage of the fused kernel (32 per warp: 128 or 256); a split's chunk is a multiple of it.
+std::uint32_t decode_tile_tokens(std::uint32_t head_dim, std::uint32_t key_code_bits, std::uint32_t value_bits);
 // Raises the kernel's dynamic shared-memory limit (host side, once per plan).
 cudaError_t prepare_decode(std::uint32_t head_dim, std::uint32_t key_code_bits, std::uint32_t value_bits, bool qjl);
 // Resident blocks of the fused kernel per multiprocessor (occupancy calculator; 0 when there is no kernel).

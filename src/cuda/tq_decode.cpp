@@ -23,7 +23,6 @@ bool decode_supported(std::uint32_t head_dim, const kvcompact::tq::QuantConfig& 
 Result<DecodePlan> plan_decode(const LayerLayout& layout, const kvcompact::tq::QuantConfig& config,
                                std::uint32_t q_heads, std::uint32_t max_length, int multiprocessors) {
   using detail::kDecodeGroup;
-  using detail::kDecodeTile;
   KVC_TRY(detail::check_plan_heads_and_mode(layout, config, q_heads, decode_supported(layout.head_dim, config), "decode"));
   if (max_length > layout.capacity) {
     return make_error(ErrorCode::OutOfRange, "max_length {} exceeds the layout capacity {}", max_length,
@@ -45,7 +44,8 @@ Result<DecodePlan> plan_decode(const LayerLayout& layout, const kvcompact::tq::Q
   KVC_CUDA_TRY(detail::prepare_decode(layout.head_dim, config.key_code_bits(), config.value_bits, config.has_qjl()));
   const int per_sm = std::max(1, detail::decode_blocks_per_sm(layout.head_dim, config.key_code_bits(), config.value_bits, config.has_qjl()));
   const std::uint64_t slots = static_cast<std::uint64_t>(per_sm) * static_cast<std::uint64_t>(multiprocessors);
-  const detail::DecodeSplit split = detail::choose_decode_split(max_length, base, slots, kDecodeTile);
+  const std::uint32_t tile = detail::decode_tile_tokens(layout.head_dim, config.key_code_bits(), config.value_bits);
+  const detail::DecodeSplit split = detail::choose_decode_split(max_length, base, slots, tile);
   const std::uint64_t chunk = split.chunk, splits = split.splits;
   plan.chunk = static_cast<std::uint32_t>(chunk);
   plan.splits = static_cast<std::uint32_t>(splits);

@@ -16,20 +16,19 @@ namespace kvcompact::cuda::tq::detail {
 
 namespace {
 
-constexpr unsigned kTile = kDecodeTile;
 constexpr int kMt = 2;                       // 16-token m-tiles per warp and stage
 constexpr unsigned kWarpTokens = 16 * kMt;   // tokens per warp and stage
 // Pipeline depth: with several blocks per multiprocessor, two stages keep enough bytes in flight (the bulk
 // copies need no issuing threads), and the smaller buffers let more blocks be resident.
 constexpr unsigned kStages = 2;
-constexpr unsigned kThreads = kDecodeThreads;
+constexpr unsigned kThreads = kDecodeThreads;  // the window and merge kernels; the fused kernel: Shape::threads
 constexpr unsigned kGroup = kDecodeGroup;
 // 4-bit keys look a whole code byte (two coordinates) up in a 256-entry half2 table replicated kKeyCopies
 // times (entry e, copy k at word e·kKeyCopies + k; lane l reads copy l mod kKeyCopies): one byte permute and
 // one IMAD address a pair instead of two shift + LOP3 pairs and a byte permute. Fewer copies mean less shared
 // memory but bank conflicts between the lanes that share a copy (32 / kKeyCopies lanes, random entries).
 #ifndef KVC_DECODE_KEY_COPIES
-#define KVC_DECODE_KEY_COPIES 16
+#define KVC_DECODE_KEY_COPIES 32
 #endif
 constexpr unsigned kKeyCopies = KVC_DECODE_KEY_COPIES;
 static_assert(kKeyCopies >= 1 && kKeyCopies <= 32 && (kKeyCopies & (kKeyCopies - 1)) == 0, "power of two ≤ 32");
@@ -173,15 +172,19 @@ __device__ __forceinline__ void byte_tables(const float* centroids, float alpha,
 
 template <int D, int CB, int VB>
 struct Shape {
+  static constexpr bool pair_keys = CB <= 3, pair_values = VB <= 3, byte_keys = CB == 4;
+  // Warps per block: 8 for 4-bit keys, whose 32 KB code-byte table is then shared by twice the warps (2 blocks
+  // = 16 warps per SM instead of 3 × 4), else 4. Each warp takes kWarpTokens tokens of a stage.
+  static constexpr unsigned warps = byte_keys ? 8u : 4u, threads = 32u * warps, tile = kWarpTokens * warps;
   static constexpr unsigned kc_bpt = D * CB / 8, ks_bpt = D / 8, vc_bpt = D * VB / 8;
-  static constexpr unsigned kc = round16(kTile * kc_bpt + 32), ks = round16(kTile * ks_bpt + 32);
-  static constexpr unsigned kn = round16(kTile * 4 + 32), kr = round16(kTile * 2 + 32);
-  static constexpr unsigned vc = round16(kTile * vc_bpt + 32), vn = round16(kTile * 4 + 32);
+  static constexpr unsigned kc = round16(tile * kc_bpt + 32), ks = round16(tile * ks_bpt + 32);
+  static constexpr unsigned kn = round16(tile * 4 + 32), kr = round16(tile * 2 + 32);
+  static constexpr unsigned vc = round16(tile * vc_bpt + 32), vn = round16(tile * 4 + 32);
   // A stage holds key codes, [signs], key norms, [ρ], value codes, value norms; the bracketed buffers only
   // with QJL (prod modes), so mse modes need less shared memory and fit more blocks per multiprocessor.
   __host__ __device__ static constexpr unsigned stage(bool qjl) { return kc + kn + vc + vn + (qjl ? ks + kr : 0u); }
   static constexpr unsigned prologue = 2 * kGroup * D * 4;
-  static constexpr unsigned merge = 4 * (kGroup * D + 2 * kGroup) * 4;
+  static constexpr unsigned merge = warps * (kGroup * D + 2 * kGroup) * 4;
   __host__ __device__ static constexpr unsigned main_area(bool qjl) {
     return kStages * stage(qjl) > (prologue > merge ? prologue : merge) ? kStages * stage(qjl)
                                                                          : (prologue > merge ? prologue : merge);
@@ -190,7 +193,6 @@ struct Shape {
   // Lookup tables are replicated once per lane (entry e of lane l at word 32e + l, so bank l): any mix of
   // indices across a warp is one shared-memory wavefront. Narrow codes look a pair of coordinates up at once
   // (2^(2b) entries); 4- and 5-bit codes look single coordinates up and pair them with a byte permute.
-  static constexpr bool pair_keys = CB <= 3, pair_values = VB <= 3, byte_keys = CB == 4;
   // 2-bit codes need no table in shared memory (dequant2 reads register tables); 4-bit keys a code-byte table.
   static constexpr unsigned lut_k = CB == 2   ? 0u
                                     : byte_keys ? 256u * 4u * kKeyCopies
@@ -228,17 +230,21 @@ __device__ inline std::uint32_t region_shift(const std::uint8_t* region) {
 }
 
 // Blocks per multiprocessor that the register budget is sized for: as many as the shared memory of the mse
-// modes admits (228 KB per SM, 1 KB reserved per block), at most 5 (96 registers); d = 256 needs more registers.
+// modes admits (228 KB per SM, 1 KB reserved per block), at most 20 warps (96 registers); d = 256 needs more
+// registers.
 template <int D, int CB, int VB>
 constexpr int decode_min_blocks() {
+  using S = Shape<D, CB, VB>;
   if (D > 128) return 1;
-  const unsigned fit = (228u * 1024u) / (Shape<D, CB, VB>::total(false) + 1024u);
-  return fit >= 5 ? 5 : (fit < 1 ? 1 : static_cast<int>(fit));
+  const unsigned fit = (228u * 1024u) / (S::total(false) + 1024u), cap = 20u / S::warps;
+  return fit >= cap ? static_cast<int>(cap) : (fit < 1 ? 1 : static_cast<int>(fit));
 }
 
 template <int D, int CB, int VB>
-__global__ void __launch_bounds__(kThreads, (decode_min_blocks<D, CB, VB>())) decode_kernel(DecodeParams p) {
+__global__ void __launch_bounds__(Shape<D, CB, VB>::threads, (decode_min_blocks<D, CB, VB>()))
+    decode_kernel(DecodeParams p) {
   using S = Shape<D, CB, VB>;
+  constexpr unsigned kTile = S::tile, kBlockSize = S::threads, kWarps = S::warps;
   // Stage layout: key codes, key norms, value codes, value norms, then (QJL only) signs and ρ, so the
   // offsets of the buffers every mode reads are compile-time constants.
   constexpr unsigned kOffKn = S::kc, kOffVc = kOffKn + S::kn, kOffVn = kOffVc + S::vc;
@@ -278,7 +284,7 @@ __global__ void __launch_bounds__(kThreads, (decode_min_blocks<D, CB, VB>())) de
   const std::uint32_t nh = min(kGroup, p.group - hg * kGroup);
 
   if (begin >= end) {
-    for (std::uint32_t i = tid; i < nh * D; i += kThreads) {
+    for (std::uint32_t i = tid; i < nh * D; i += kBlockSize) {
       const std::uint64_t part = (static_cast<std::uint64_t>(seq) * p.q_heads + qh0 + i / D) * (p.splits + 1) + split;
       p.part_o[part * D + i % D] = 0.0f;
       if (i % D == 0) p.part_lse[part] = -INFINITY;
@@ -294,13 +300,13 @@ __global__ void __launch_bounds__(kThreads, (decode_min_blocks<D, CB, VB>())) de
     constexpr unsigned nk = S::pair_keys ? (1u << (2 * CB)) : (1u << CB);
     constexpr unsigned nv = S::pair_values ? (1u << (2 * VB)) : (1u << VB);
     if constexpr (S::byte_keys) {
-      for (unsigned i = tid; i < 256 * kKeyCopies; i += kThreads) {
+      for (unsigned i = tid; i < 256 * kKeyCopies; i += kBlockSize) {
         const unsigned e = i / kKeyCopies;
         const float a = t.key_lut_scale;
         lut_k[i] = pack_half2(a * t.key_centroids[e & 15u], a * t.key_centroids[e >> 4]);
       }
     } else if constexpr (S::lut_k != 0) {
-      for (unsigned i = tid; i < nk * 32; i += kThreads) {
+      for (unsigned i = tid; i < nk * 32; i += kBlockSize) {
         const unsigned e = i >> 5;
         const float a = t.key_lut_scale;
         lut_k[i] = S::pair_keys ? pack_half2(a * t.key_centroids[e & km], a * t.key_centroids[e >> CB])
@@ -308,7 +314,7 @@ __global__ void __launch_bounds__(kThreads, (decode_min_blocks<D, CB, VB>())) de
       }
     }
     if constexpr (S::lut_v != 0) {
-      for (unsigned i = tid; i < nv * 32; i += kThreads) {
+      for (unsigned i = tid; i < nv * 32; i += kBlockSize) {
         const unsigned e = i >> 5;
         const float a = t.value_lut_scale;
         lut_v[i] = S::pair_values ? pack_half2(a * t.value_centroids[e & vm], a * t.value_centroids[e >> VB])
@@ -331,7 +337,7 @@ __global__ void __launch_bounds__(kThreads, (decode_min_blocks<D, CB, VB>())) de
   {
     float* qrot = reinterpret_cast<float*>(main_area);
     float* qjlb = qrot + kGroup * D;
-    for (unsigned hh = warp; hh < kGroup; hh += 4) {
+    for (unsigned hh = warp; hh < kGroup; hh += kWarps) {
       float* row = qrot + hh * D;
       float* rowj = qjlb + hh * D;
       const float* q = p.queries + (static_cast<std::uint64_t>(seq) * p.q_heads + qh0 + hh) * D;
@@ -362,7 +368,7 @@ __global__ void __launch_bounds__(kThreads, (decode_min_blocks<D, CB, VB>())) de
       }
     }
     __syncthreads();
-    for (unsigned i = tid; i < (D / 16) * 32; i += kThreads) {
+    for (unsigned i = tid; i < (D / 16) * 32; i += kBlockSize) {
       const unsigned kk = i / 32, l = i % 32, hg8 = l >> 2, cc = l & 3u;
       for (unsigned which = 0; which < (qjl ? 2u : 1u); ++which) {
         // Lane (g, c) of k-step kk holds coordinates c·D/4 + 4kk .. +3 (the keys' A fragments use the same
@@ -670,10 +676,10 @@ __global__ void __launch_bounds__(kThreads, (decode_min_blocks<D, CB, VB>())) de
   // Every issued copy was waited for (tile + kStages - 1 < tiles only for tiles that the loop consumes).
   __syncthreads();
 
-  // Merge the 4 warps' partial softmax states in shared memory (the stage buffers are free now).
-  float* mo = reinterpret_cast<float*>(main_area);                // [4][8][D]
-  float* mm = mo + 4 * kGroup * D;                                // [4][8]
-  float* ml = mm + 4 * kGroup;                                    // [4][8]
+  // Merge the warps' partial softmax states in shared memory (the stage buffers are free now).
+  float* mo = reinterpret_cast<float*>(main_area);                // [warps][8][D]
+  float* mm = mo + kWarps * kGroup * D;                           // [warps][8]
+  float* ml = mm + kWarps * kGroup;                               // [warps][8]
 #pragma unroll
   for (int o = 4; o < 32; o <<= 1) {
     l_run[0] += __shfl_xor_sync(0xffffffffu, l_run[0], o);
@@ -697,14 +703,14 @@ __global__ void __launch_bounds__(kThreads, (decode_min_blocks<D, CB, VB>())) de
     mw[(2 * c + 1) * D + j1] = acc[jb][3] * vscale;
   }
   __syncthreads();
-  for (std::uint32_t i = tid; i < nh * D; i += kThreads) {
+  for (std::uint32_t i = tid; i < nh * D; i += kBlockSize) {
     const std::uint32_t h = i / D, j = i % D;
     float m = -INFINITY;
-    for (int w = 0; w < 4; ++w) m = fmaxf(m, mm[w * kGroup + h]);
+    for (unsigned w = 0; w < kWarps; ++w) m = fmaxf(m, mm[w * kGroup + h]);
     const std::uint64_t part = (static_cast<std::uint64_t>(seq) * p.q_heads + qh0 + h) * (p.splits + 1) + split;
     float o = 0.0f, l = 0.0f;
     if (m != -INFINITY) {
-      for (int w = 0; w < 4; ++w) {
+      for (unsigned w = 0; w < kWarps; ++w) {
         const float f = exp2f(mm[w * kGroup + h] - m);
         l += ml[w * kGroup + h] * f;
         o += mo[(w * kGroup + h) * D + j] * f;
@@ -829,12 +835,18 @@ __global__ void __launch_bounds__(kThreads) merge_kernel(DecodeParams p) {
 
 using KernelFn = void (*)(DecodeParams);
 
+// A fused-kernel instance and its launch shape.
+struct KernelPick {
+  KernelFn fn = nullptr;
+  std::uint32_t smem = 0, threads = 0, tile = 0;
+};
+
 template <int D>
-KernelFn pick_by_bits(std::uint32_t cb, std::uint32_t vb, bool qjl, std::uint32_t* smem) {
-#define KVC_DECODE_CASE(CBV, VBV)                            \
-  if (cb == CBV && vb == VBV) {                              \
-    *smem = Shape<D, CBV, VBV>::total(qjl);                       \
-    return decode_kernel<D, CBV, VBV>;                       \
+KernelPick pick_by_bits(std::uint32_t cb, std::uint32_t vb, bool qjl) {
+#define KVC_DECODE_CASE(CBV, VBV)                                                                     \
+  if (cb == CBV && vb == VBV) {                                                                       \
+    using S = Shape<D, CBV, VBV>;                                                                     \
+    return KernelPick{decode_kernel<D, CBV, VBV>, S::total(qjl), S::threads, S::tile};                \
   }
   KVC_DECODE_CASE(1, 2) KVC_DECODE_CASE(1, 3) KVC_DECODE_CASE(1, 4)
   KVC_DECODE_CASE(2, 2) KVC_DECODE_CASE(2, 3) KVC_DECODE_CASE(2, 4)
@@ -842,15 +854,15 @@ KernelFn pick_by_bits(std::uint32_t cb, std::uint32_t vb, bool qjl, std::uint32_
   KVC_DECODE_CASE(4, 2) KVC_DECODE_CASE(4, 3) KVC_DECODE_CASE(4, 4)
   KVC_DECODE_CASE(5, 2) KVC_DECODE_CASE(5, 3) KVC_DECODE_CASE(5, 4)
 #undef KVC_DECODE_CASE
-  return nullptr;
+  return KernelPick{};
 }
 
-KernelFn pick_kernel(std::uint32_t d, std::uint32_t cb, std::uint32_t vb, bool qjl, std::uint32_t* smem) {
+KernelPick pick_kernel(std::uint32_t d, std::uint32_t cb, std::uint32_t vb, bool qjl) {
   switch (d) {
-    case 64: return pick_by_bits<64>(cb, vb, qjl, smem);
-    case 128: return pick_by_bits<128>(cb, vb, qjl, smem);
-    case 256: return pick_by_bits<256>(cb, vb, qjl, smem);
-    default: return nullptr;
+    case 64: return pick_by_bits<64>(cb, vb, qjl);
+    case 128: return pick_by_bits<128>(cb, vb, qjl);
+    case 256: return pick_by_bits<256>(cb, vb, qjl);
+    default: return KernelPick{};
   }
 }
 
@@ -859,22 +871,24 @@ KernelFn pick_kernel(std::uint32_t d, std::uint32_t cb, std::uint32_t vb, bool q
 
 std::uint32_t decode_smem_bytes(std::uint32_t head_dim, std::uint32_t key_code_bits, std::uint32_t value_bits,
                                 bool qjl) {
-  std::uint32_t smem = 0;
-  return pick_kernel(head_dim, key_code_bits, value_bits, qjl, &smem) != nullptr ? smem : 0u;
+  return pick_kernel(head_dim, key_code_bits, value_bits, qjl).smem;
+}
+
+std::uint32_t decode_tile_tokens(std::uint32_t head_dim, std::uint32_t key_code_bits, std::uint32_t value_bits) {
+  return pick_kernel(head_dim, key_code_bits, value_bits, false).tile;
 }
 
 cudaError_t prepare_decode(std::uint32_t head_dim, std::uint32_t key_code_bits, std::uint32_t value_bits, bool qjl) {
-  std::uint32_t smem = 0;
-  const KernelFn fn = pick_kernel(head_dim, key_code_bits, value_bits, qjl, &smem);
-  if (fn == nullptr) return cudaErrorInvalidValue;
-  return cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  const KernelPick k = pick_kernel(head_dim, key_code_bits, value_bits, qjl);
+  if (k.fn == nullptr) return cudaErrorInvalidValue;
+  return cudaFuncSetAttribute(k.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(k.smem));
 }
 
 int decode_blocks_per_sm(std::uint32_t head_dim, std::uint32_t key_code_bits, std::uint32_t value_bits, bool qjl) {
-  std::uint32_t smem = 0;
-  const KernelFn fn = pick_kernel(head_dim, key_code_bits, value_bits, qjl, &smem);
+  const KernelPick k = pick_kernel(head_dim, key_code_bits, value_bits, qjl);
   int blocks = 0;
-  if (fn == nullptr || cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, fn, kThreads, smem) != cudaSuccess) {
+  if (k.fn == nullptr ||
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, k.fn, static_cast<int>(k.threads), k.smem) != cudaSuccess) {
     (void)cudaGetLastError();
     return 0;
   }
@@ -882,11 +896,10 @@ int decode_blocks_per_sm(std::uint32_t head_dim, std::uint32_t key_code_bits, st
 }
 
 cudaError_t launch_decode(const DecodeParams& p, cudaStream_t stream) {
-  std::uint32_t smem = 0;
-  const KernelFn fn = pick_kernel(p.head_dim, p.tables_key_code_bits, p.tables_value_bits, p.tables_has_qjl != 0, &smem);
-  if (fn == nullptr) return cudaErrorInvalidValue;
+  const KernelPick k = pick_kernel(p.head_dim, p.tables_key_code_bits, p.tables_value_bits, p.tables_has_qjl != 0);
+  if (k.fn == nullptr) return cudaErrorInvalidValue;
   const dim3 grid(p.splits, p.kv_heads * p.head_groups, p.seqs);
-  fn<<<grid, kThreads, smem, stream>>>(p);
+  k.fn<<<grid, k.threads, k.smem, stream>>>(p);
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return err;
   if (p.window > 0) {
