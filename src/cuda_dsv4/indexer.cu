@@ -266,6 +266,7 @@ __global__ void __launch_bounds__(kScoreThreads) score_kernel(ScoreParams p) {
     sm.q_ok = 1;
     sm.fq_min = 1 << 20;
     sm.fq_max = -(1 << 20);
+    sm.nflagged = 0;
   }
   __syncthreads();
   if (tid < p.heads) {
@@ -301,7 +302,6 @@ __global__ void __launch_bounds__(kScoreThreads) score_kernel(ScoreParams p) {
     } else {
       cp_async_wait<0>();
     }
-    if (tid == 0) sm.nflagged = 0;
     __syncthreads();
     // ---- decode: two threads per key row (dims [64 half, 64 half + 64)) to integer codes at one exponent.
     {
@@ -434,6 +434,10 @@ __global__ void __launch_bounds__(kScoreThreads) score_kernel(ScoreParams p) {
       p.scores[static_cast<std::uint64_t>(token) * p.score_stride + row0 + tid] = total;
     }
     __syncthreads();
+    // The flagged-row count is reset here, after the barrier that follows its last read, and not at the top
+    // of the next tile: the compiler reads q_ok / fq_min / fq_max with one 16-byte load that also covers
+    // nflagged, so a reset before the first tile's barrier races with that load (compute-sanitizer racecheck).
+    if (tid == 0) sm.nflagged = 0;
     tile = next;
   }
 }
