@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 
 #include "cuda/check.hpp"
 #include "kernels_params.hpp"
@@ -40,12 +41,13 @@ struct SplitPlan {
   std::uint32_t split_rows = detail::kAttnTileRows;
 };
 
-// About two waves of two resident blocks per multiprocessor, whole tiles per split.
+// About two waves of resident blocks (one 512-thread block per multiprocessor), whole tiles per split.
 SplitPlan plan_splits(std::uint32_t count, std::uint32_t heads, std::uint32_t max_rows) {
   const std::uint64_t tiles = std::max<std::uint64_t>(1, (std::uint64_t{max_rows} + detail::kAttnTileRows - 1) / detail::kAttnTileRows);
-  const std::uint64_t base = std::max<std::uint64_t>(1, std::uint64_t{count} * (heads / detail::kAttnHeadGroup));
-  const std::uint64_t target = 4ull * static_cast<std::uint64_t>(multiprocessors());
-  std::uint64_t splits = std::clamp<std::uint64_t>((target + base - 1) / base, 1, tiles);
+  const std::uint64_t head_blocks = (heads + detail::kAttnBlockHeads - 1) / detail::kAttnBlockHeads;
+  const std::uint64_t base = std::max<std::uint64_t>(1, std::uint64_t{count} * head_blocks);
+  const std::uint64_t target = 2ull * static_cast<std::uint64_t>(multiprocessors());
+  std::uint64_t splits = std::clamp<std::uint64_t>((target + base - 1) / base, 1, std::min<std::uint64_t>(tiles, detail::kAttnMaxSplits));
   const std::uint64_t tiles_per_split = (tiles + splits - 1) / splits;
   splits = (tiles + tiles_per_split - 1) / tiles_per_split;
   SplitPlan plan;
@@ -84,6 +86,10 @@ Status sparse_attention(const AttentionArgs& a, void* workspace, std::uint64_t w
   }
   if (a.tokens == nullptr || a.q == nullptr || a.out == nullptr || workspace == nullptr) {
     return make_error(ErrorCode::InvalidArgument, "sparse_attention needs tokens, q, out and a workspace");
+  }
+  if (reinterpret_cast<std::uintptr_t>(a.q) % 16 != 0 || reinterpret_cast<std::uintptr_t>(a.out) % 16 != 0 ||
+      reinterpret_cast<std::uintptr_t>(workspace) % 16 != 0) {
+    return make_error(ErrorCode::InvalidArgument, "sparse_attention: q, out and the workspace must be 16-byte aligned");
   }
   if (a.ratio == 4 && (a.indices == nullptr || a.index_stride < a.index_topk || a.index_topk == 0)) {
     return make_error(ErrorCode::InvalidArgument,

@@ -1,6 +1,6 @@
 // DeepSeek-V4 sparse attention with the sink on the GPU: per token, rows = window (oldest first) then the
 // layer's compressed rows (top-k list for ratio 4, all visible for ratio 128), K = V = the row, s = q.c/sqrt(512).
-// Split kernel: a block takes one token, 16 heads and one split of the row list; rows are decoded (bf16 or
+// Split kernel: a block takes one token, up to 64 heads and one split of the row list; rows are decoded (bf16 or
 // FP8 layout) to fp16 in shared memory in tiles of 64, QK^T and PV run on mma.sync m16n8k16 (fp16 inputs,
 // fp32 accumulation) with an online softmax in the log2 domain. Merge kernel: combines the splits with the
 // sink, normalises and applies the inverse RoPE to the output tail.
@@ -23,13 +23,13 @@ constexpr unsigned kSStride = kAttnTileRows + 4;  // floats
 constexpr unsigned kPStride = kAttnTileRows + 8;  // halfs
 
 struct AttnSmem {
-  __half q[kAttnHeadGroup * kQStride];
+  __half q[kAttnBlockHeads * kQStride];
   __half k[kAttnTileRows * kKStride];
-  float s[kAttnHeadGroup * kSStride];
-  __half pr[kAttnHeadGroup * kPStride];
-  float alpha[kAttnHeadGroup];
-  float m[kAttnHeadGroup];
-  float l[kAttnHeadGroup];
+  float s[kAttnBlockHeads * kSStride];
+  __half pr[kAttnBlockHeads * kPStride];
+  float alpha[kAttnBlockHeads];
+  float m[kAttnBlockHeads];
+  float l[kAttnBlockHeads];
   const std::uint8_t* rows[kAttnTileRows];
 };
 
@@ -50,34 +50,43 @@ __device__ __forceinline__ const std::uint8_t* row_pointer(const AttentionParams
   return d.compressed_rows + static_cast<std::uint64_t>(c) * p.row_bytes;
 }
 
-__device__ __forceinline__ std::uint32_t to_half2_bits(float a, float b) { return pack_half2(a, b); }
+__device__ __forceinline__ std::uint32_t bf16x2_to_half2(std::uint32_t v) {
+  return pack_half2(bf16_bits_to_f32(v & 0xFFFFu), bf16_bits_to_f32(v >> 16));
+}
 
-__global__ void __launch_bounds__(kAttnThreads) attention_split_kernel(AttentionParams p) {
+// Block: one token, up to 64 heads, one split of the row list. Warp w: head group w / 4 (16 heads) and
+// quarter w % 4 (rows [16q, 16q + 16) of a tile for QK^T, dims [128q, 128q + 128) for PV).
+__global__ void __launch_bounds__(kAttnThreads, 1) attention_split_kernel(AttentionParams p) {
   extern __shared__ __align__(16) std::uint8_t smem_raw[];
   AttnSmem& sm = *reinterpret_cast<AttnSmem*>(smem_raw);
-  const std::uint32_t split = blockIdx.x, token = blockIdx.y, hg = blockIdx.z;
+  const std::uint32_t split = blockIdx.x, token = blockIdx.y, h0 = blockIdx.z * kAttnBlockHeads;
   const unsigned tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, tig = lane % 4;
+  const unsigned hg = warp / 4, quarter = warp % 4;
+  const std::uint32_t nh = min(kAttnBlockHeads, p.heads - h0);  // a multiple of 16
+  const bool active = hg * kAttnHeadGroup < nh;
   const TokenRowsDev d = p.tokens[token];
   const std::uint32_t nw = window_count(d.position);
   const std::uint32_t n = nw + compressed_count(d.position, p.ratio, p.index_topk);
   const std::uint32_t r_begin = split * p.split_rows;
-  const std::uint64_t part = (static_cast<std::uint64_t>(token) * p.heads + hg * kAttnHeadGroup) * p.splits + split;
+  auto part_of = [&](std::uint32_t h) {
+    return (static_cast<std::uint64_t>(token) * p.heads + h0 + h) * p.splits + split;
+  };
   if (r_begin >= n) {
-    if (tid < kAttnHeadGroup) {
-      p.part_ml[(part + static_cast<std::uint64_t>(tid) * p.splits) * 2] = -INFINITY;
-      p.part_ml[(part + static_cast<std::uint64_t>(tid) * p.splits) * 2 + 1] = 0.0f;
+    if (tid < nh) {
+      p.part_ml[part_of(tid) * 2] = -INFINITY;
+      p.part_ml[part_of(tid) * 2 + 1] = 0.0f;
     }
     return;
   }
   const std::uint32_t r_end = min(n, r_begin + p.split_rows);
 
-  const float* qsrc = p.q + (static_cast<std::uint64_t>(token) * p.heads + hg * kAttnHeadGroup) * kHeadDim;
-  for (unsigned i = tid; i < kAttnHeadGroup * kHeadDim / 2; i += kAttnThreads) {
+  const float* qsrc = p.q + (static_cast<std::uint64_t>(token) * p.heads + h0) * kHeadDim;
+  for (unsigned i = tid; i < nh * kHeadDim / 2; i += kAttnThreads) {
     const unsigned h = (2 * i) / kHeadDim, c = (2 * i) % kHeadDim;
     const float2 v = *reinterpret_cast<const float2*>(qsrc + h * kHeadDim + c);
-    *reinterpret_cast<std::uint32_t*>(&sm.q[h * kQStride + c]) = to_half2_bits(v.x, v.y);
+    *reinterpret_cast<std::uint32_t*>(&sm.q[h * kQStride + c]) = pack_half2(v.x, v.y);
   }
-  if (tid < kAttnHeadGroup) {
+  if (tid < kAttnBlockHeads) {
     sm.m[tid] = -INFINITY;
     sm.l[tid] = 0.0f;
   }
@@ -89,61 +98,65 @@ __global__ void __launch_bounds__(kAttnThreads) attention_split_kernel(Attention
     const std::uint32_t rows_here = min(kAttnTileRows, r_end - t0);
     if (tid < kAttnTileRows) sm.rows[tid] = tid < rows_here ? row_pointer(p, d, token, t0 + tid, nw) : nullptr;
     __syncthreads();
-    // ---- decode the tile's rows to fp16 (zeros for missing rows, so no NaN enters the MMA).
+    // ---- decode the tile's rows to fp16 (zeros for missing rows, so no NaN enters the MMA). All loads of a
+    // thread are issued before any conversion, so one memory latency covers the tile.
     if (p.storage == kRowBf16) {
-      for (unsigned c = tid; c < kAttnTileRows * 64; c += kAttnThreads) {
-        const unsigned r = c / 64, pc = c % 64;
+      constexpr unsigned kPer = kAttnTileRows * 64 / kAttnThreads;  // 8 pieces of 16 B per thread
+      uint4 v[kPer];
+#pragma unroll
+      for (unsigned j = 0; j < kPer; ++j) {
+        const unsigned c = j * kAttnThreads + tid, r = c / 64, pc = c % 64;
         const std::uint8_t* src = sm.rows[r];
-        uint4 outv = make_uint4(0, 0, 0, 0);
-        if (src != nullptr) {
-          const uint4 v = *reinterpret_cast<const uint4*>(src + pc * 16);
-          outv.x = to_half2_bits(bf16_bits_to_f32(v.x & 0xFFFFu), bf16_bits_to_f32(v.x >> 16));
-          outv.y = to_half2_bits(bf16_bits_to_f32(v.y & 0xFFFFu), bf16_bits_to_f32(v.y >> 16));
-          outv.z = to_half2_bits(bf16_bits_to_f32(v.z & 0xFFFFu), bf16_bits_to_f32(v.z >> 16));
-          outv.w = to_half2_bits(bf16_bits_to_f32(v.w & 0xFFFFu), bf16_bits_to_f32(v.w >> 16));
-        }
+        v[j] = src != nullptr ? __ldg(reinterpret_cast<const uint4*>(src + pc * 16)) : make_uint4(0, 0, 0, 0);
+      }
+#pragma unroll
+      for (unsigned j = 0; j < kPer; ++j) {
+        const unsigned c = j * kAttnThreads + tid, r = c / 64, pc = c % 64;
+        const uint4 outv = make_uint4(bf16x2_to_half2(v[j].x), bf16x2_to_half2(v[j].y), bf16x2_to_half2(v[j].z),
+                                      bf16x2_to_half2(v[j].w));
         *reinterpret_cast<uint4*>(&sm.k[r * kKStride + pc * 8]) = outv;
       }
     } else {
       // FP8 row: 56 pieces of 8 e4m3 codes (block scale byte 576 + piece / 8), 16 pieces of 4 bf16 (tail).
-      for (unsigned c = tid; c < kAttnTileRows * 72; c += kAttnThreads) {
-        const unsigned r = c / 72, pc = c % 72;
-        const std::uint8_t* src = sm.rows[r];
-        if (pc < 56) {
-          uint4 outv = make_uint4(0, 0, 0, 0);
-          if (src != nullptr) {
-            const uint2 v = *reinterpret_cast<const uint2*>(src + pc * 8);
-            const int e = static_cast<int>(src[576 + pc / 8]) - 127;
-            float f[8];
+      constexpr unsigned kPer = (kAttnTileRows * 72 + kAttnThreads - 1) / kAttnThreads;  // 9
+      uint2 v[kPer];
+      int e[kPer];
 #pragma unroll
-            for (int b = 0; b < 4; ++b) {
-              f[b] = ldexpf(e4m3_to_f32((v.x >> (8 * b)) & 0xFFu), e);
-              f[4 + b] = ldexpf(e4m3_to_f32((v.y >> (8 * b)) & 0xFFu), e);
-            }
-            outv.x = to_half2_bits(f[0], f[1]);
-            outv.y = to_half2_bits(f[2], f[3]);
-            outv.z = to_half2_bits(f[4], f[5]);
-            outv.w = to_half2_bits(f[6], f[7]);
+      for (unsigned j = 0; j < kPer; ++j) {
+        const unsigned c = j * kAttnThreads + tid, r = c / 72, pc = c % 72;
+        const std::uint8_t* src = c < kAttnTileRows * 72 ? sm.rows[r] : nullptr;
+        v[j] = make_uint2(0, 0);
+        e[j] = 0;
+        if (src != nullptr) {
+          v[j] = __ldg(reinterpret_cast<const uint2*>(src + (pc < 56 ? pc * 8 : 448 + (pc - 56) * 8)));
+          if (pc < 56) e[j] = static_cast<int>(__ldg(src + 576 + pc / 8)) - 127;
+        }
+      }
+#pragma unroll
+      for (unsigned j = 0; j < kPer; ++j) {
+        const unsigned c = j * kAttnThreads + tid, r = c / 72, pc = c % 72;
+        if (c >= kAttnTileRows * 72) continue;
+        if (pc < 56) {
+          float f[8];
+#pragma unroll
+          for (int b = 0; b < 4; ++b) {
+            f[b] = ldexpf(e4m3_to_f32((v[j].x >> (8 * b)) & 0xFFu), e[j]);
+            f[4 + b] = ldexpf(e4m3_to_f32((v[j].y >> (8 * b)) & 0xFFu), e[j]);
           }
-          *reinterpret_cast<uint4*>(&sm.k[r * kKStride + pc * 8]) = outv;
+          *reinterpret_cast<uint4*>(&sm.k[r * kKStride + pc * 8]) =
+              make_uint4(pack_half2(f[0], f[1]), pack_half2(f[2], f[3]), pack_half2(f[4], f[5]), pack_half2(f[6], f[7]));
         } else {
-          const unsigned k = pc - 56;
-          uint2 outv = make_uint2(0, 0);
-          if (src != nullptr) {
-            const uint2 v = *reinterpret_cast<const uint2*>(src + 448 + k * 8);
-            outv.x = to_half2_bits(bf16_bits_to_f32(v.x & 0xFFFFu), bf16_bits_to_f32(v.x >> 16));
-            outv.y = to_half2_bits(bf16_bits_to_f32(v.y & 0xFFFFu), bf16_bits_to_f32(v.y >> 16));
-          }
-          *reinterpret_cast<uint2*>(&sm.k[r * kKStride + 448 + k * 4]) = outv;
+          *reinterpret_cast<uint2*>(&sm.k[r * kKStride + 448 + (pc - 56) * 4]) =
+              make_uint2(bf16x2_to_half2(v[j].x), bf16x2_to_half2(v[j].y));
         }
       }
     }
     __syncthreads();
-    // ---- S = Q K^T: warp w takes rows [16w, 16w + 16) of the tile (two n-tiles of 8).
-    {
+    // ---- S = Q K^T: warp (group, quarter) takes 16 heads x rows [16 quarter, 16 quarter + 16).
+    if (active) {
       float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
-      const __half* qa = &sm.q[g * kQStride + 2 * tig];
-      const __half* kb0 = &sm.k[(warp * 16 + g) * kKStride + 2 * tig];
+      const __half* qa = &sm.q[(hg * 16 + g) * kQStride + 2 * tig];
+      const __half* kb0 = &sm.k[(quarter * 16 + g) * kKStride + 2 * tig];
       const __half* kb1 = kb0 + 8 * kKStride;
 #pragma unroll 4
       for (unsigned ks = 0; ks < kHeadDim / 16; ++ks) {
@@ -158,15 +171,17 @@ __global__ void __launch_bounds__(kAttnThreads) attention_split_kernel(Attention
         mma_f16(s[1], a, *reinterpret_cast<const std::uint32_t*>(kb1 + c),
                 *reinterpret_cast<const std::uint32_t*>(kb1 + c + 8));
       }
+      float* srow_lo = &sm.s[(hg * 16 + g) * kSStride];
+      float* srow_hi = srow_lo + 8 * kSStride;
 #pragma unroll
       for (int nt = 0; nt < 2; ++nt) {
-        const unsigned r = warp * 16 + nt * 8 + 2 * tig;
+        const unsigned r = quarter * 16 + nt * 8 + 2 * tig;
         const bool v0 = r < rows_here && sm.rows[r] != nullptr;
         const bool v1 = r + 1 < rows_here && sm.rows[r + 1] != nullptr;
-        sm.s[g * kSStride + r] = v0 ? s[nt][0] * p.scale_log2 : -INFINITY;
-        sm.s[g * kSStride + r + 1] = v1 ? s[nt][1] * p.scale_log2 : -INFINITY;
-        sm.s[(g + 8) * kSStride + r] = v0 ? s[nt][2] * p.scale_log2 : -INFINITY;
-        sm.s[(g + 8) * kSStride + r + 1] = v1 ? s[nt][3] * p.scale_log2 : -INFINITY;
+        srow_lo[r] = v0 ? s[nt][0] * p.scale_log2 : -INFINITY;
+        srow_lo[r + 1] = v1 ? s[nt][1] * p.scale_log2 : -INFINITY;
+        srow_hi[r] = v0 ? s[nt][2] * p.scale_log2 : -INFINITY;
+        srow_hi[r + 1] = v1 ? s[nt][3] * p.scale_log2 : -INFINITY;
       }
     }
     __syncthreads();
@@ -174,6 +189,7 @@ __global__ void __launch_bounds__(kAttnThreads) attention_split_kernel(Attention
 #pragma unroll
     for (unsigned hh = 0; hh < 4; ++hh) {
       const unsigned h = warp * 4 + hh;
+      if (h >= nh) break;
       const float v0 = sm.s[h * kSStride + lane], v1 = sm.s[h * kSStride + lane + 32];
       float mx = fmaxf(v0, v1);
 #pragma unroll
@@ -186,10 +202,10 @@ __global__ void __launch_bounds__(kAttnThreads) attention_split_kernel(Attention
         p1 = exp2f(v1 - m_new);
         alpha = exp2f(m_old - m_new);
       }
-      const __half h0 = __float2half_rn(p0), h1 = __float2half_rn(p1);
-      sm.pr[h * kPStride + lane] = h0;
-      sm.pr[h * kPStride + lane + 32] = h1;
-      float sum = __half2float(h0) + __half2float(h1);
+      const __half x0 = __float2half_rn(p0), x1 = __float2half_rn(p1);
+      sm.pr[h * kPStride + lane] = x0;
+      sm.pr[h * kPStride + lane + 32] = x1;
+      float sum = __half2float(x0) + __half2float(x1);
 #pragma unroll
       for (int o2 = 16; o2 > 0; o2 >>= 1) sum += __shfl_xor_sync(0xFFFFFFFFu, sum, o2);
       __syncwarp();
@@ -200,9 +216,9 @@ __global__ void __launch_bounds__(kAttnThreads) attention_split_kernel(Attention
       }
     }
     __syncthreads();
-    // ---- O = alpha O + P V: warp w owns dims [128w, 128w + 128) (16 n-tiles of 8).
-    {
-      const float al = sm.alpha[g], ah = sm.alpha[g + 8];
+    // ---- O = alpha O + P V: warp (group, quarter) owns 16 heads x dims [128 quarter, 128 quarter + 128).
+    if (active) {
+      const float al = sm.alpha[hg * 16 + g], ah = sm.alpha[hg * 16 + g + 8];
 #pragma unroll
       for (int nt = 0; nt < 16; ++nt) {
         o[nt][0] *= al;
@@ -210,9 +226,9 @@ __global__ void __launch_bounds__(kAttnThreads) attention_split_kernel(Attention
         o[nt][2] *= ah;
         o[nt][3] *= ah;
       }
-      const __half* pa = &sm.pr[g * kPStride + 2 * tig];
+      const __half* pa = &sm.pr[(hg * 16 + g) * kPStride + 2 * tig];
       const unsigned krow = (lane & 7) + ((lane >> 3) & 1) * 8;
-      const unsigned kcol = warp * 128 + (lane >> 4) * 8;
+      const unsigned kcol = quarter * 128 + (lane >> 4) * 8;
 #pragma unroll
       for (unsigned ks = 0; ks < kAttnTileRows / 16; ++ks) {
         const unsigned c = ks * 16;
@@ -233,45 +249,86 @@ __global__ void __launch_bounds__(kAttnThreads) attention_split_kernel(Attention
     __syncthreads();
   }
   // ---- partials: unnormalised O, running max (log2 units) and sum per head.
+  if (active) {
 #pragma unroll
-  for (int nt = 0; nt < 16; ++nt) {
-    const unsigned dim = warp * 128 + nt * 8 + 2 * tig;
-    float* lo = p.part_o + (part + static_cast<std::uint64_t>(g) * p.splits) * kHeadDim + dim;
-    float* hi = p.part_o + (part + static_cast<std::uint64_t>(g + 8) * p.splits) * kHeadDim + dim;
-    *reinterpret_cast<float2*>(lo) = make_float2(o[nt][0], o[nt][1]);
-    *reinterpret_cast<float2*>(hi) = make_float2(o[nt][2], o[nt][3]);
+    for (int nt = 0; nt < 16; ++nt) {
+      const unsigned dim = quarter * 128 + nt * 8 + 2 * tig;
+      float* lo = p.part_o + part_of(hg * 16 + g) * kHeadDim + dim;
+      float* hi = p.part_o + part_of(hg * 16 + g + 8) * kHeadDim + dim;
+      *reinterpret_cast<float2*>(lo) = make_float2(o[nt][0], o[nt][1]);
+      *reinterpret_cast<float2*>(hi) = make_float2(o[nt][2], o[nt][3]);
+    }
   }
-  if (tid < kAttnHeadGroup) {
-    p.part_ml[(part + static_cast<std::uint64_t>(tid) * p.splits) * 2] = sm.m[tid];
-    p.part_ml[(part + static_cast<std::uint64_t>(tid) * p.splits) * 2 + 1] = sm.l[tid];
+  if (tid < nh) {
+    p.part_ml[part_of(tid) * 2] = sm.m[tid];
+    p.part_ml[part_of(tid) * 2 + 1] = sm.l[tid];
   }
 }
 
-// One block per (head, token): 128 threads x 4 dims.
+// One block per (head, token): 128 threads x 4 dims. The splits' maxima and sums are read in parallel into
+// shared memory; warp 0 forms the weights; each thread then sums its dims over the splits.
 __global__ void __launch_bounds__(128) attention_merge_kernel(AttentionParams p) {
+  extern __shared__ float wts[];  // [2 * splits]: maxima, then weights; sums
+  __shared__ float s_denom;
   const std::uint32_t h = blockIdx.x, token = blockIdx.y;
+  const unsigned tid = threadIdx.x;
   const TokenRowsDev d = p.tokens[token];
   const std::uint32_t n = window_count(d.position) + compressed_count(d.position, p.ratio, p.index_topk);
   const std::uint32_t used = min(p.splits, (n + p.split_rows - 1) / p.split_rows);
   const std::uint64_t base = (static_cast<std::uint64_t>(token) * p.heads + h) * p.splits;
   const float sink2 = p.sink != nullptr ? p.sink[h] * 1.4426950408889634f : -INFINITY;
-  float mx = sink2;
-  for (std::uint32_t s = 0; s < used; ++s) {
-    if (p.part_ml[(base + s) * 2 + 1] > 0.0f) mx = fmaxf(mx, p.part_ml[(base + s) * 2]);
+  float* ls = wts + p.splits;
+  for (std::uint32_t s = tid; s < used; s += 128) {
+    const float2 ml = *reinterpret_cast<const float2*>(p.part_ml + (base + s) * 2);
+    wts[s] = ml.x;
+    ls[s] = ml.y;
   }
-  float denom = (p.sink != nullptr && mx != -INFINITY) ? exp2f(sink2 - mx) : 0.0f;
+  __syncthreads();
+  if (tid < 32) {
+    float mx = sink2;
+    for (std::uint32_t s = tid; s < used; s += 32) {
+      if (ls[s] > 0.0f) mx = fmaxf(mx, wts[s]);
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, o));
+    float den = 0.0f;
+    for (std::uint32_t s = tid; s < used; s += 32) {
+      const float w = ls[s] > 0.0f ? exp2f(wts[s] - mx) : 0.0f;
+      wts[s] = w;
+      den += ls[s] * w;
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) den += __shfl_xor_sync(0xFFFFFFFFu, den, o);
+    if (tid == 0) s_denom = den + ((p.sink != nullptr && mx != -INFINITY) ? exp2f(sink2 - mx) : 0.0f);
+  }
+  __syncthreads();
+  const float denom = s_denom;
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  const unsigned d0 = threadIdx.x * 4;
-  for (std::uint32_t s = 0; s < used; ++s) {
-    const float l = p.part_ml[(base + s) * 2 + 1];
-    if (!(l > 0.0f)) continue;
-    const float wgt = exp2f(p.part_ml[(base + s) * 2] - mx);
-    denom += l * wgt;
+  const unsigned d0 = tid * 4;
+  std::uint32_t s = 0;
+  for (; s + 4 <= used; s += 4) {
+    float4 v[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) v[k] = *reinterpret_cast<const float4*>(p.part_o + (base + s + k) * kHeadDim + d0);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const float w = wts[s + k];
+      if (w != 0.0f) {
+        acc[0] += w * v[k].x;
+        acc[1] += w * v[k].y;
+        acc[2] += w * v[k].z;
+        acc[3] += w * v[k].w;
+      }
+    }
+  }
+  for (; s < used; ++s) {
+    const float w = wts[s];
+    if (w == 0.0f) continue;
     const float4 v = *reinterpret_cast<const float4*>(p.part_o + (base + s) * kHeadDim + d0);
-    acc[0] += wgt * v.x;
-    acc[1] += wgt * v.y;
-    acc[2] += wgt * v.z;
-    acc[3] += wgt * v.w;
+    acc[0] += w * v.x;
+    acc[1] += w * v.y;
+    acc[2] += w * v.z;
+    acc[3] += w * v.w;
   }
   const float inv = denom > 0.0f ? 1.0f / denom : 0.0f;
   float r[4] = {acc[0] * inv, acc[1] * inv, acc[2] * inv, acc[3] * inv};
@@ -281,8 +338,10 @@ __global__ void __launch_bounds__(128) attention_merge_kernel(AttentionParams p)
     for (int k = 0; k < 2; ++k) {
       const unsigned pair = (d0 - (kHeadDim - 64)) / 2 + k;
       const float ang = __fmul_rn(static_cast<float>(d.position), p.inv_freq[pair]);
-      const float c = static_cast<float>(cos(static_cast<double>(ang)));
-      const float sn = -static_cast<float>(sin(static_cast<double>(ang)));
+      double sd, cd;
+      sincos(static_cast<double>(ang), &sd, &cd);
+      const float c = static_cast<float>(cd);
+      const float sn = -static_cast<float>(sd);
       const float x0 = r[2 * k], x1 = r[2 * k + 1];
       r[2 * k] = x0 * c - x1 * sn;
       r[2 * k + 1] = x0 * sn + x1 * c;
@@ -301,11 +360,11 @@ cudaError_t prepare_attention() {
 
 cudaError_t launch_attention(const AttentionParams& p, cudaStream_t stream) {
   if (p.count == 0) return cudaSuccess;
-  const dim3 grid(p.splits, p.count, p.heads / kAttnHeadGroup);
+  const dim3 grid(p.splits, p.count, (p.heads + kAttnBlockHeads - 1) / kAttnBlockHeads);
   attention_split_kernel<<<grid, kAttnThreads, sizeof(AttnSmem), stream>>>(p);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return e;
-  attention_merge_kernel<<<dim3(p.heads, p.count), 128, 0, stream>>>(p);
+  attention_merge_kernel<<<dim3(p.heads, p.count), 128, 2 * p.splits * sizeof(float), stream>>>(p);
   return cudaGetLastError();
 }
 

@@ -2,6 +2,7 @@
 // grid and chunk sizing, workspaces) launching indexer.cu / topk.cu. Allocates nothing.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 #include "cuda/check.hpp"
 #include "kernels_params.hpp"
@@ -10,6 +11,8 @@
 namespace kvcompact::cuda::dsv4 {
 
 namespace {
+
+bool aligned16(const void* ptr) { return reinterpret_cast<std::uintptr_t>(ptr) % 16 == 0; }
 
 int multiprocessors() {
   static const int count = [] {
@@ -47,6 +50,9 @@ Status indexer_prepare_queries(const float* q, std::uint32_t tokens, std::uint32
   if (q == nullptr || query_workspace == nullptr) {
     return make_error(ErrorCode::InvalidArgument, "indexer_prepare_queries needs q and a workspace");
   }
+  if (!aligned16(q) || !aligned16(query_workspace)) {
+    return make_error(ErrorCode::InvalidArgument, "indexer_prepare_queries: q and the workspace must be 16-byte aligned");
+  }
   const detail::QueryLayout lay = detail::query_layout(tokens);
   if (workspace_bytes < lay.total) {
     return make_error(ErrorCode::InvalidArgument, "indexer_prepare_queries: workspace of {} bytes, {} needed",
@@ -71,6 +77,9 @@ Status indexer_scores(const IndexerScoreArgs& a, void* stream) {
   }
   if (a.tokens == nullptr || a.weights == nullptr || a.query_workspace == nullptr || a.scores == nullptr) {
     return make_error(ErrorCode::InvalidArgument, "indexer_scores needs tokens, weights, the query workspace and scores");
+  }
+  if (!aligned16(a.query_workspace)) {
+    return make_error(ErrorCode::InvalidArgument, "indexer_scores: the query workspace must be 16-byte aligned");
   }
   if (a.score_stride < a.max_visible) {
     return make_error(ErrorCode::InvalidArgument, "indexer_scores: score_stride {} < max_visible {}", a.score_stride,
@@ -97,11 +106,14 @@ Status indexer_scores(const IndexerScoreArgs& a, void* stream) {
   p.storage = storage;
   p.row_bytes = static_cast<std::uint32_t>(kvcompact::dsv4::indexer_row_bytes(a.storage));
   p.score_stride = a.score_stride;
-  // Enough blocks for about four per multiprocessor in total; a block loops over its token's tiles.
+  // About three resident blocks per multiprocessor in total; a block loops over its token's tiles (the next
+  // tile's bytes load while the current one is scored).
   const std::uint64_t tiles = (std::uint64_t{a.max_visible} + detail::kScoreTileRows - 1) / detail::kScoreTileRows;
-  const std::uint64_t want = (8ull * static_cast<std::uint64_t>(multiprocessors()) + a.count - 1) / a.count;
+  const std::uint64_t want = (3ull * static_cast<std::uint64_t>(multiprocessors()) + a.count - 1) / a.count;
   p.blocks_per_token = static_cast<std::uint32_t>(std::min<std::uint64_t>(tiles, std::max<std::uint64_t>(want, 1)));
   if (p.blocks_per_token == 0) return ok_status();
+  static const cudaError_t prepared = detail::prepare_indexer_scores();
+  KVC_CUDA_TRY(prepared);
   KVC_CUDA_TRY(detail::launch_indexer_scores(p, static_cast<cudaStream_t>(stream)));
   return ok_status();
 }
@@ -136,6 +148,7 @@ Status indexer_topk(const TopkArgs& a, void* workspace, std::uint64_t workspace_
     return make_error(ErrorCode::InvalidArgument, "indexer_topk: out_stride {} < k {} or score_stride {} < max_rows {}",
                       a.out_stride, a.k, a.score_stride, a.max_rows);
   }
+  if (!aligned16(workspace)) return make_error(ErrorCode::InvalidArgument, "indexer_topk: the workspace must be 16-byte aligned");
   const std::uint64_t need = topk_workspace_bytes(a.count, a.max_rows, a.k);
   if (workspace_bytes < need) {
     return make_error(ErrorCode::InvalidArgument, "indexer_topk: workspace of {} bytes, {} needed", workspace_bytes, need);

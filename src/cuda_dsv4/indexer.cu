@@ -71,116 +71,92 @@ __device__ __forceinline__ int warp_min(int v, unsigned mask = 0xFFFFFFFFu) {
   return v;
 }
 
-// One block per token, 8 warps; warp w prepares heads w, w + 8, ... (64 padded heads).
-__global__ void __launch_bounds__(256) prepare_kernel(PrepareParams p) {
-  __shared__ float buf[8][kIndexerDim];
-  __shared__ int s_ok, s_min, s_max;
+// Grid (tokens, 64 / 16): one warp per head. Writes the prepared float query, its integer codes at the head's
+// lowest-bit exponent fq, and a per-head flag (integer codes exact: |code| <= 127, fq in range).
+__global__ void __launch_bounds__(kPrepareHeadsPerBlock * 32) prepare_kernel(PrepareParams p) {
+  __shared__ float buf[kPrepareHeadsPerBlock][kIndexerDim];
   const unsigned token = blockIdx.x;
   const unsigned warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (threadIdx.x == 0) {
-    s_ok = 1;
-    s_min = kNoBit;
-    s_max = -kNoBit;
-  }
-  __syncthreads();
+  const unsigned h = blockIdx.y * kPrepareHeadsPerBlock + warp;
   float* qf_all = reinterpret_cast<float*>(p.ws + p.layout.qf);
   std::int8_t* qi_all = reinterpret_cast<std::int8_t*>(p.ws + p.layout.qi);
   int* fq_all = reinterpret_cast<int*>(p.ws + p.layout.fq);
-  for (unsigned h = warp; h < kIndexerMaxHeads; h += 8) {
-    const std::uint64_t row = static_cast<std::uint64_t>(token) * kIndexerMaxHeads + h;
-    float* qf = qf_all + row * kIndexerDim;
-    std::int8_t* qi = qi_all + row * kIndexerDim;
-    if (h >= p.heads) {
-      for (unsigned i = lane; i < kIndexerDim; i += 32) {
-        qf[i] = 0.0f;
-        qi[i] = 0;
-      }
-      if (lane == 0) fq_all[row] = 0;
-      continue;
-    }
-    const float* src = p.q + (static_cast<std::uint64_t>(token) * p.heads + h) * kIndexerDim;
-    float* x = buf[warp];
-    for (unsigned i = lane; i < kIndexerDim; i += 32) x[i] = src[i];
-    __syncwarp();
-    if (!p.already_prepared) {
-      // fp_sim.cpp hadamard: butterflies of stride 1, 2, ..., 64 (pairs of one stage are disjoint), then one
-      // multiply by float(1 / sqrt(128)).
-      for (unsigned hs = 1; hs < kIndexerDim; hs *= 2) {
-        for (unsigned pr = lane; pr < kIndexerDim / 2; pr += 32) {
-          const unsigned i = (pr / hs) * 2 * hs + (pr % hs);
-          const float a = x[i], b = x[i + hs];
-          x[i] = __fadd_rn(a, b);
-          x[i + hs] = __fsub_rn(a, b);
-        }
-        __syncwarp();
-      }
-      for (unsigned i = lane; i < kIndexerDim; i += 32) x[i] = __fmul_rn(x[i], p.hadamard_scale);
-      __syncwarp();
-      // fp4_block_sim: blocks of 32 = 8 lanes x 4 values.
-      float v[4];
-      float amax = 0.0f;
-      for (int k = 0; k < 4; ++k) {
-        v[k] = x[lane * 4 + k];
-        amax = fmaxf(amax, fabsf(v[k]));
-      }
-      for (int o = 1; o < 8; o <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, o));
-      const float s = pow2_ceil_scale(amax, 6.0f * 0x1p-126f, 1.0f / 6.0f);
-      const float inv_s = 1.0f / s;
-      for (int k = 0; k < 4; ++k) {
-        const float q = fminf(fmaxf(__fmul_rn(v[k], inv_s), -6.0f), 6.0f);
-        v[k] = __fmul_rn(round_e2m1(q), s);
-      }
-      __syncwarp();
-      for (int k = 0; k < 4; ++k) x[lane * 4 + k] = v[k];
-      __syncwarp();
-    }
-    float v[4];
-    int lb = kNoBit;
-    for (int k = 0; k < 4; ++k) {
-      v[k] = x[lane * 4 + k];
-      if (v[k] != 0.0f && isfinite(v[k])) lb = min(lb, lowbit_exponent(v[k]));
-    }
-    bool ok = true;
-    for (int k = 0; k < 4; ++k) ok = ok && isfinite(v[k]);
-    const int f_raw = warp_min(lb);
-    const bool nonzero = f_raw != kNoBit;
-    const int f = nonzero ? f_raw : 0;  // an all-zero head has integers 0 at any exponent
-    std::uint32_t packed = 0;
-    for (int k = 0; k < 4; ++k) {
-      const int iv = isfinite(v[k]) ? int_at_exponent(v[k], f) : 128;
-      if (iv > 127 || iv < -127) ok = false;
-      packed |= (static_cast<std::uint32_t>(iv) & 0xFFu) << (8 * k);
-    }
-    ok = ok && f >= -126 && f <= 100;
-    ok = __all_sync(0xFFFFFFFFu, ok);
-    for (int k = 0; k < 4; ++k) qf[lane * 4 + k] = v[k];
-    reinterpret_cast<std::uint32_t*>(qi)[lane] = packed;
+  int* ok_all = reinterpret_cast<int*>(p.ws + p.layout.info);
+  const std::uint64_t row = static_cast<std::uint64_t>(token) * kIndexerMaxHeads + h;
+  float* qf = qf_all + row * kIndexerDim;
+  std::int8_t* qi = qi_all + row * kIndexerDim;
+  if (h >= p.heads) {
+    reinterpret_cast<float4*>(qf)[lane] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    reinterpret_cast<std::uint32_t*>(qi)[lane] = 0;
     if (lane == 0) {
-      fq_all[row] = f;
-      if (!ok) atomicAnd(&s_ok, 0);
-      if (nonzero) {
-        atomicMin(&s_min, f);
-        atomicMax(&s_max, f);
-      }
+      fq_all[row] = 0;
+      ok_all[row] = 1;
     }
-    __syncwarp();
+    return;
   }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    int* info = reinterpret_cast<int*>(p.ws + p.layout.info) + token * 4;
-    info[0] = s_ok;
-    info[1] = s_min == kNoBit ? 0 : s_min;
-    info[2] = s_max == -kNoBit ? 0 : s_max;
-    info[3] = 0;
+  const float* src = p.q + (static_cast<std::uint64_t>(token) * p.heads + h) * kIndexerDim;
+  float* x = buf[warp];
+  const float4 in = *reinterpret_cast<const float4*>(src + lane * 4);
+  float v[4] = {in.x, in.y, in.z, in.w};
+  if (!p.already_prepared) {
+    for (int k = 0; k < 4; ++k) x[lane * 4 + k] = v[k];
+    __syncwarp();
+    // fp_sim.cpp hadamard: butterflies of stride 1, 2, ..., 64 (pairs of one stage are disjoint), then one
+    // multiply by float(1 / sqrt(128)).
+    for (unsigned hs = 1; hs < kIndexerDim; hs *= 2) {
+      for (unsigned pr = lane; pr < kIndexerDim / 2; pr += 32) {
+        const unsigned i = (pr / hs) * 2 * hs + (pr % hs);
+        const float a = x[i], b = x[i + hs];
+        x[i] = __fadd_rn(a, b);
+        x[i + hs] = __fsub_rn(a, b);
+      }
+      __syncwarp();
+    }
+    // fp4_block_sim: blocks of 32 = 8 lanes x 4 values.
+    float amax = 0.0f;
+    for (int k = 0; k < 4; ++k) {
+      v[k] = __fmul_rn(x[lane * 4 + k], p.hadamard_scale);
+      amax = fmaxf(amax, fabsf(v[k]));
+    }
+    for (int o = 1; o < 8; o <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, o));
+    const float s = pow2_ceil_scale(amax, 6.0f * 0x1p-126f, 1.0f / 6.0f);
+    const float inv_s = 1.0f / s;
+    for (int k = 0; k < 4; ++k) {
+      const float q = fminf(fmaxf(__fmul_rn(v[k], inv_s), -6.0f), 6.0f);
+      v[k] = __fmul_rn(round_e2m1(q), s);
+    }
+  }
+  int lb = kNoBit;
+  bool ok = true;
+  for (int k = 0; k < 4; ++k) {
+    ok = ok && isfinite(v[k]);
+    if (v[k] != 0.0f && isfinite(v[k])) lb = min(lb, lowbit_exponent(v[k]));
+  }
+  const int f_raw = warp_min(lb);
+  const int f = f_raw != kNoBit ? f_raw : 0;  // an all-zero head has integers 0 at any exponent
+  std::uint32_t packed = 0;
+  for (int k = 0; k < 4; ++k) {
+    const int iv = isfinite(v[k]) ? int_at_exponent(v[k], f) : 128;
+    if (iv > 127 || iv < -127) ok = false;
+    packed |= (static_cast<std::uint32_t>(iv) & 0xFFu) << (8 * k);
+  }
+  ok = ok && f >= -126 && f <= 100;
+  ok = __all_sync(0xFFFFFFFFu, ok);
+  reinterpret_cast<float4*>(qf)[lane] = make_float4(v[0], v[1], v[2], v[3]);
+  reinterpret_cast<std::uint32_t*>(qi)[lane] = packed;
+  if (lane == 0) {
+    fq_all[row] = f;
+    ok_all[row] = ok ? 1 : 0;
   }
 }
 
-// The CPU's float32 dot product (math_dot.hpp dot_f32, n = 128): eight accumulators, then a fixed tree.
-__device__ __forceinline__ float cpu_dot128(const float* a, const float* b) {
+// The CPU's float32 dot product (math_dot.hpp dot_f32, n = 128: eight accumulators, then a fixed tree) of a
+// query head with a stored row, decoded value by value exactly as decode_indexer_row does.
+__device__ float cpu_dot128_row(const float* a, const std::uint8_t* row, std::uint32_t storage) {
   float s[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
-  for (int i = 0; i < 128; i += 8) {
+  for (unsigned i = 0; i < 128; i += 8) {
 #pragma unroll
-    for (int j = 0; j < 8; ++j) s[j] = __fadd_rn(s[j], __fmul_rn(a[i + j], b[i + j]));
+    for (unsigned j = 0; j < 8; ++j) s[j] = __fadd_rn(s[j], __fmul_rn(a[i + j], indexer_value(row, storage, i + j)));
   }
   return __fadd_rn(__fadd_rn(__fadd_rn(s[0], s[1]), __fadd_rn(s[2], s[3])),
                    __fadd_rn(__fadd_rn(s[4], s[5]), __fadd_rn(s[6], s[7])));
@@ -188,30 +164,116 @@ __device__ __forceinline__ float cpu_dot128(const float* a, const float* b) {
 
 constexpr unsigned kKiStride = 144;  // bytes per key row in shared memory (conflict-free B fragments)
 constexpr unsigned kPStride = kScoreTileRows + 1;
+constexpr unsigned kRawBf16Stride = 272;  // raw BF16 rows in shared memory: 256 B + 16 (conflict-free 16-B reads)
+constexpr unsigned kRawBytes = kScoreTileRows * kRawBf16Stride;  // per buffer; FP8 / MXFP4 tiles are smaller
 
-// Block: 4 warps (warp w: heads 16w .. 16w + 15), tiles of 64 key rows of one token.
+struct ScoreSmem {
+  std::uint8_t raw[2][kRawBytes];
+  std::uint8_t ki[kScoreTileRows * kKiStride];
+  float ps[kIndexerMaxHeads * kPStride];
+  int fk[kScoreTileRows];
+  int flagged[kScoreTileRows];  // rows of the tile that take the exact scalar path
+  int nflagged;
+  int q_ok, fq_min, fq_max;
+};
+
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(a), "l"(gmem));
+}
+__device__ __forceinline__ void cp_async4(void* smem, const void* gmem) {
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(a), "l"(gmem));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+// Copies the raw bytes of key rows [row0, row0 + nrows) into a shared buffer (BF16: padded row stride;
+// FP8 / MXFP4: contiguous; a tile starts 16-byte aligned because 64 rows of 132 / 68 B are multiples of 16).
+__device__ __forceinline__ void stage_tile(std::uint8_t* dst, const std::uint8_t* rows, std::uint32_t row0,
+                                           std::uint32_t nrows, std::uint32_t storage, std::uint32_t row_bytes) {
+  const std::uint8_t* src = rows + static_cast<std::uint64_t>(row0) * row_bytes;
+  if (storage == kIdxBf16) {
+    for (unsigned c = threadIdx.x; c < nrows * 16; c += kScoreThreads) {
+      cp_async16(dst + (c / 16) * kRawBf16Stride + (c % 16) * 16, src + c * 16);
+    }
+  } else {
+    const unsigned bytes = nrows * row_bytes;
+    const unsigned n16 = bytes / 16;
+    for (unsigned c = threadIdx.x; c < n16; c += kScoreThreads) cp_async16(dst + c * 16, src + c * 16);
+    for (unsigned c = n16 * 4 + threadIdx.x; c < bytes / 4; c += kScoreThreads) cp_async4(dst + c * 4, src + c * 4);
+  }
+  cp_async_commit();
+}
+
+// 64 floats of one thread to integers at the row's exponent f = floor(log2(amax)) - 6 (|code| < 128); ok is
+// cleared when a value is not an integer there (off the grid), not finite, or f out of range.
+__device__ __forceinline__ int float_codes(const float (&v)[64], std::uint32_t (&packed)[16], bool& ok) {
+  float amax = 0.0f;
+#pragma unroll
+  for (int k = 0; k < 64; ++k) amax = fmaxf(amax, fabsf(v[k]));
+  amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, 1));
+  int f = 0;
+  if (amax > 0.0f) {
+    const std::uint32_t ex = (__float_as_uint(amax) >> 23) & 0xFFu;
+    if (ex == 0 || ex == 0xFFu) ok = false;
+    f = static_cast<int>(ex) - 127 - 6;
+  }
+  ok = ok && f >= -126 && f <= 100;
+  const float sc = pow2f(min(max(-f, -126), 127));
+#pragma unroll
+  for (int k = 0; k < 16; ++k) {
+    std::uint32_t w = 0;
+#pragma unroll
+    for (int b = 0; b < 4; ++b) {
+      const float x = v[4 * k + b];
+      const float r = __fmul_rn(x, sc);
+      const int i = __float2int_rn(r);
+      ok = ok && __int2float_rn(i) == r && ((x == 0.0f) == (r == 0.0f));
+      w |= (static_cast<std::uint32_t>(i) & 0xFFu) << (8 * b);
+    }
+    packed[k] = w;
+  }
+  return f;
+}
+
+// Block: 4 warps (warp w: heads 16w .. 16w + 15); tiles of 64 key rows of one token, raw bytes double-buffered
+// in shared memory with cp.async.
 __global__ void __launch_bounds__(kScoreThreads) score_kernel(ScoreParams p) {
-  __shared__ __align__(16) std::uint8_t ki[kScoreTileRows * kKiStride];
-  __shared__ float ps[kIndexerMaxHeads * kPStride];
-  __shared__ float rowf[kIndexerDim];
-  __shared__ int fk[kScoreTileRows];
-  __shared__ int rok[kScoreTileRows];
+  extern __shared__ __align__(16) std::uint8_t smem_raw[];
+  ScoreSmem& sm = *reinterpret_cast<ScoreSmem*>(smem_raw);
   const unsigned token = blockIdx.y;
   const TokenRowsDev desc = p.tokens[token];
   const std::uint32_t visible = static_cast<std::uint32_t>((desc.position + 1) / 4);
   const std::uint32_t tiles = (visible + kScoreTileRows - 1) / kScoreTileRows;
   if (blockIdx.x >= tiles) return;
   const unsigned tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, tig = lane % 4;
+  std::uint32_t tile = blockIdx.x;
+  stage_tile(sm.raw[0], desc.indexer_rows, tile * kScoreTileRows, min(kScoreTileRows, visible - tile * kScoreTileRows),
+             p.storage, p.row_bytes);
+
   const std::int8_t* qi = reinterpret_cast<const std::int8_t*>(p.ws + p.layout.qi) +
                           static_cast<std::uint64_t>(token) * kIndexerMaxHeads * kIndexerDim;
   const float* qf = reinterpret_cast<const float*>(p.ws + p.layout.qf) +
                     static_cast<std::uint64_t>(token) * kIndexerMaxHeads * kIndexerDim;
   const int* fq = reinterpret_cast<const int*>(p.ws + p.layout.fq) + static_cast<std::uint64_t>(token) * kIndexerMaxHeads;
-  const int* info = reinterpret_cast<const int*>(p.ws + p.layout.info) + token * 4;
-  const bool q_ok = info[0] != 0;
-  const int fq_min = info[1], fq_max = info[2];
+  const int* qok = reinterpret_cast<const int*>(p.ws + p.layout.info) + static_cast<std::uint64_t>(token) * kIndexerMaxHeads;
   const float* w = p.weights + static_cast<std::uint64_t>(token) * p.heads;
-
+  if (tid == 0) {
+    sm.q_ok = 1;
+    sm.fq_min = 1 << 20;
+    sm.fq_max = -(1 << 20);
+    sm.nflagged = 0;
+  }
+  __syncthreads();
+  if (tid < p.heads) {
+    if (qok[tid] == 0) atomicAnd(&sm.q_ok, 0);
+    atomicMin(&sm.fq_min, fq[tid]);
+    atomicMax(&sm.fq_max, fq[tid]);
+  }
   // A fragments (16 heads x 128 dims as 4 k-steps of 32) stay in registers for every tile.
   std::uint32_t a[4][4];
   const unsigned ha = warp * 16 + g, hb = ha + 8;
@@ -225,82 +287,105 @@ __global__ void __launch_bounds__(kScoreThreads) score_kernel(ScoreParams p) {
   }
   const float sqa = pow2f(min(max(fq[ha], -126), 127)), sqb = pow2f(min(max(fq[hb], -126), 127));
   const float wa = ha < p.heads ? w[ha] : 0.0f, wb = hb < p.heads ? w[hb] : 0.0f;
+  __syncthreads();
+  const bool q_ok = sm.q_ok != 0;
+  const int fq_min = sm.fq_min, fq_max = sm.fq_max;
 
-  for (std::uint32_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+  for (unsigned buf = 0; tile < tiles; buf ^= 1u) {
     const std::uint32_t row0 = tile * kScoreTileRows;
     const std::uint32_t nrows = min(kScoreTileRows, visible - row0);
-    // ---- decode: two threads per key row, 64 dims each, to integers at the row's lowest-bit exponent.
+    const std::uint32_t next = tile + gridDim.x;
+    if (next < tiles) {
+      stage_tile(sm.raw[buf ^ 1u], desc.indexer_rows, next * kScoreTileRows,
+                 min(kScoreTileRows, visible - next * kScoreTileRows), p.storage, p.row_bytes);
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    // ---- decode: two threads per key row (dims [64 half, 64 half + 64)) to integer codes at one exponent.
     {
       const unsigned r = tid / 2, half = tid % 2;
-      float v[64];
-      if (r < nrows) {
-        const std::uint8_t* row = desc.indexer_rows + static_cast<std::uint64_t>(row0 + r) * p.row_bytes;
-        if (p.storage == kIdxBf16) {
+      const std::uint8_t* raw = sm.raw[buf];
+      std::uint32_t packed[16];
+      int f = 0;
+      bool ok = true;
+      if (p.storage == kIdxMxfp4) {
+        const std::uint8_t* rr = raw + r * 68;
+        std::uint32_t wd[8];
 #pragma unroll
-          for (int k = 0; k < 32; ++k) {
-            const std::uint32_t wd = ld_u32(row + half * 128 + 4 * k);
-            v[2 * k] = bf16_bits_to_f32(wd & 0xFFFFu);
-            v[2 * k + 1] = bf16_bits_to_f32(wd >> 16);
+        for (int k = 0; k < 8; ++k) wd[k] = r < nrows ? *reinterpret_cast<const std::uint32_t*>(rr + half * 32 + 4 * k) : 0u;
+        const std::uint32_t sw = r < nrows ? *reinterpret_cast<const std::uint32_t*>(rr + 64) : 0u;
+        const int e0 = static_cast<int>((sw >> (16 * half)) & 0xFFu), e1 = static_cast<int>((sw >> (16 * half + 8)) & 0xFFu);
+        const bool nz0 = ((wd[0] | wd[1] | wd[2] | wd[3]) & 0x77777777u) != 0;
+        const bool nz1 = ((wd[4] | wd[5] | wd[6] | wd[7]) & 0x77777777u) != 0;
+        int emin = min(nz0 ? e0 : 1000, nz1 ? e1 : 1000);
+        emin = min(emin, __shfl_xor_sync(0xFFFFFFFFu, emin, 1));
+        const bool zero_row = emin == 1000;
+        f = zero_row ? 0 : emin - 128;  // value = e2m1 x 2^(e - 127) = (2 e2m1) x 2^(e - 128)
+        ok = f >= -126 && f <= 100;
+        const int sh0 = zero_row ? 0 : e0 - emin, sh1 = zero_row ? 0 : e1 - emin;
+#pragma unroll
+        for (int k = 0; k < 8; ++k) {
+          const int sh = k < 4 ? sh0 : sh1;
+          std::uint32_t lo = 0, hi = 0;
+#pragma unroll
+          for (int b = 0; b < 8; ++b) {
+            const std::uint32_t nib = (wd[k] >> (4 * b)) & 0xFu;
+            const std::uint32_t mag = __byte_perm(0x03020100u, 0x0C080604u, nib & 7u) & 0xFFu;
+            int iv = static_cast<int>(mag) << min(max(sh, 0), 8);
+            ok = ok && (mag == 0 || (sh >= 0 && sh <= 7 && iv <= 127));
+            if (nib & 8u) iv = -iv;
+            if (b < 4) lo |= (static_cast<std::uint32_t>(iv) & 0xFFu) << (8 * b);
+            else hi |= (static_cast<std::uint32_t>(iv) & 0xFFu) << (8 * (b - 4));
           }
-        } else if (p.storage == kIdxFp8) {
-          const float scale = __uint_as_float(ld_u32(row + kIndexerDim));
+          packed[2 * k] = lo;
+          packed[2 * k + 1] = hi;
+        }
+      } else {
+        float v[64];
+        if (p.storage == kIdxBf16) {
+          const std::uint8_t* rr = raw + r * kRawBf16Stride + half * 128;
+#pragma unroll
+          for (int k = 0; k < 8; ++k) {
+            const uint4 q = r < nrows ? *reinterpret_cast<const uint4*>(rr + 16 * k) : make_uint4(0, 0, 0, 0);
+            const std::uint32_t wds[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+            for (int b = 0; b < 4; ++b) {
+              v[8 * k + 2 * b] = bf16_bits_to_f32(wds[b] & 0xFFFFu);
+              v[8 * k + 2 * b + 1] = bf16_bits_to_f32(wds[b] >> 16);
+            }
+          }
+        } else {
+          const std::uint8_t* rr = raw + r * 132;
+          const float scale = r < nrows ? __uint_as_float(*reinterpret_cast<const std::uint32_t*>(rr + 128)) : 0.0f;
 #pragma unroll
           for (int k = 0; k < 16; ++k) {
-            const std::uint32_t wd = ld_u32(row + half * 64 + 4 * k);
+            const std::uint32_t wd = r < nrows ? *reinterpret_cast<const std::uint32_t*>(rr + half * 64 + 4 * k) : 0u;
 #pragma unroll
             for (int b = 0; b < 4; ++b) v[4 * k + b] = __fmul_rn(e4m3_to_f32((wd >> (8 * b)) & 0xFFu), scale);
           }
-        } else {
-          const std::uint32_t sw = ld_u32(row + 64);
-          const int e0 = static_cast<int>((sw >> (16 * half)) & 0xFFu) - 127;
-          const int e1 = static_cast<int>((sw >> (16 * half + 8)) & 0xFFu) - 127;
-#pragma unroll
-          for (int k = 0; k < 8; ++k) {
-            const std::uint32_t wd = ld_u32(row + half * 32 + 4 * k);
-#pragma unroll
-            for (int b = 0; b < 8; ++b) v[8 * k + b] = ldexpf(e2m1_to_f32((wd >> (4 * b)) & 0xFu), k < 4 ? e0 : e1);
-          }
         }
-      } else {
-#pragma unroll
-        for (int k = 0; k < 64; ++k) v[k] = 0.0f;
+        f = float_codes(v, packed, ok);
       }
-      int lb = kNoBit;
-      bool finite = true;
+      // (The shuffle runs in every lane: inside a short-circuited && it would not, and the warp would hang.)
+      const bool partner_ok = __shfl_xor_sync(0xFFFFFFFFu, ok ? 1 : 0, 1) != 0;
+      ok = ok && partner_ok;
+      // Exactness of I * 2^fq * 2^fk (see the file comment): products above 2^-149, results below 2^121.
+      ok = ok && fq_min + f >= -149 && fq_max + f <= 100;
 #pragma unroll
-      for (int k = 0; k < 64; ++k) {
-        finite = finite && isfinite(v[k]);
-        if (v[k] != 0.0f && isfinite(v[k])) lb = min(lb, lowbit_exponent(v[k]));
-      }
-      lb = min(lb, __shfl_xor_sync(0xFFFFFFFFu, lb, 1));
-      const int f = lb == kNoBit ? 0 : lb;
-      bool ok = finite;
-#pragma unroll
-      for (int k = 0; k < 16; ++k) {
-        std::uint32_t packed = 0;
-#pragma unroll
-        for (int b = 0; b < 4; ++b) {
-          const int iv = isfinite(v[4 * k + b]) ? int_at_exponent(v[4 * k + b], f) : 128;
-          ok = ok && iv <= 127 && iv >= -127;
-          packed |= (static_cast<std::uint32_t>(iv) & 0xFFu) << (8 * b);
-        }
-        *reinterpret_cast<std::uint32_t*>(ki + r * kKiStride + half * 64 + 4 * k) = packed;
-      }
-      const bool other = __shfl_xor_sync(0xFFFFFFFFu, ok ? 1 : 0, 1) != 0;
-      ok = ok && other;
-      // Exactness of I * 2^fq * 2^fk (see the file comment): exponents in range, products above 2^-149.
-      ok = ok && f >= -126 && f <= 100 && fq_min + f >= -149 && fq_max + f <= 100;
+      for (int k = 0; k < 16; ++k) *reinterpret_cast<std::uint32_t*>(sm.ki + r * kKiStride + half * 64 + 4 * k) = packed[k];
       if (half == 0) {
-        fk[r] = f;
-        rok[r] = ok ? 1 : 0;
+        sm.fk[r] = f;
+        if (r < nrows && !(q_ok && ok)) sm.flagged[atomicAdd(&sm.nflagged, 1)] = static_cast<int>(r);
       }
     }
     __syncthreads();
     // ---- int8 MMA: 8 groups of 8 rows; dots exact, then w_h * ReLU(dot) into ps[head][row].
-#pragma unroll 1
+#pragma unroll 2
     for (unsigned ng = 0; ng < kScoreTileRows / 8; ++ng) {
       int acc[4] = {0, 0, 0, 0};
-      const std::uint8_t* kb = ki + (ng * 8 + g) * kKiStride + tig * 4;
+      const std::uint8_t* kb = sm.ki + (ng * 8 + g) * kKiStride + tig * 4;
 #pragma unroll
       for (int ks = 0; ks < 4; ++ks) {
         const std::uint32_t b0 = *reinterpret_cast<const std::uint32_t*>(kb + ks * 32);
@@ -308,37 +393,52 @@ __global__ void __launch_bounds__(kScoreThreads) score_kernel(ScoreParams p) {
         mma_s8(acc, a[ks], b0, b1);
       }
       const unsigned ra = ng * 8 + tig * 2, rb = ra + 1;
-      const float ska = pow2f(min(max(fk[ra], -126), 127)), skb = pow2f(min(max(fk[rb], -126), 127));
-      const float d[4] = {__fmul_rn(__fmul_rn(static_cast<float>(acc[0]), sqa), ska),
-                          __fmul_rn(__fmul_rn(static_cast<float>(acc[1]), sqa), skb),
-                          __fmul_rn(__fmul_rn(static_cast<float>(acc[2]), sqb), ska),
-                          __fmul_rn(__fmul_rn(static_cast<float>(acc[3]), sqb), skb)};
-      ps[ha * kPStride + ra] = __fmul_rn(wa, d[0] < 0.0f ? 0.0f : d[0]);
-      ps[ha * kPStride + rb] = __fmul_rn(wa, d[1] < 0.0f ? 0.0f : d[1]);
-      ps[hb * kPStride + ra] = __fmul_rn(wb, d[2] < 0.0f ? 0.0f : d[2]);
-      ps[hb * kPStride + rb] = __fmul_rn(wb, d[3] < 0.0f ? 0.0f : d[3]);
+      const float ska = pow2f(min(max(sm.fk[ra], -126), 127)), skb = pow2f(min(max(sm.fk[rb], -126), 127));
+      const float d0 = __fmul_rn(__fmul_rn(static_cast<float>(acc[0]), sqa), ska);
+      const float d1 = __fmul_rn(__fmul_rn(static_cast<float>(acc[1]), sqa), skb);
+      const float d2 = __fmul_rn(__fmul_rn(static_cast<float>(acc[2]), sqb), ska);
+      const float d3 = __fmul_rn(__fmul_rn(static_cast<float>(acc[3]), sqb), skb);
+      sm.ps[ha * kPStride + ra] = __fmul_rn(wa, d0 < 0.0f ? 0.0f : d0);
+      sm.ps[ha * kPStride + rb] = __fmul_rn(wa, d1 < 0.0f ? 0.0f : d1);
+      sm.ps[hb * kPStride + ra] = __fmul_rn(wb, d2 < 0.0f ? 0.0f : d2);
+      sm.ps[hb * kPStride + rb] = __fmul_rn(wb, d3 < 0.0f ? 0.0f : d3);
     }
     __syncthreads();
     // ---- exact scalar path for rows (or a query) off the integer grid: the CPU's own arithmetic.
-    for (unsigned r = 0; r < nrows; ++r) {
-      if (q_ok && rok[r] != 0) continue;  // uniform: shared-memory flags
+    // One warp per flagged row, one lane per head; no barrier inside (the block's next barrier follows).
+    const int nflagged = sm.nflagged;
+    for (int i = static_cast<int>(warp); i < nflagged; i += kScoreThreads / 32) {
+      const unsigned r = static_cast<unsigned>(sm.flagged[i]);
       const std::uint8_t* row = desc.indexer_rows + static_cast<std::uint64_t>(row0 + r) * p.row_bytes;
-      rowf[tid] = indexer_value(row, p.storage, tid);
-      __syncthreads();
-      if (tid < p.heads) {
-        const float dot = cpu_dot128(qf + tid * kIndexerDim, rowf);
-        ps[tid * kPStride + r] = __fmul_rn(w[tid], dot < 0.0f ? 0.0f : dot);
+      for (unsigned h = lane; h < p.heads; h += 32) {
+        const float dot = cpu_dot128_row(qf + h * kIndexerDim, row, p.storage);
+        sm.ps[h * kPStride + r] = __fmul_rn(w[h], dot < 0.0f ? 0.0f : dot);
       }
-      if (tid == 0 && p.fallback_rows != nullptr) atomicAdd(p.fallback_rows, 1ull);
-      __syncthreads();
+      if (lane == 0 && p.fallback_rows != nullptr) atomicAdd(p.fallback_rows, 1ull);
     }
+    __syncthreads();
     // ---- head sum in the CPU's order: total = ((0 + p_0) + p_1) + ...
+    // (Values are loaded 16 at a time ahead of the dependent adds; the order of the adds is unchanged.)
     if (tid < nrows) {
       float total = 0.0f;
-      for (unsigned h = 0; h < p.heads; ++h) total = __fadd_rn(total, ps[h * kPStride + tid]);
+      const float* col = sm.ps + tid;
+      unsigned h = 0;
+      for (; h + 16 <= p.heads; h += 16) {
+        float v[16];
+#pragma unroll
+        for (unsigned j = 0; j < 16; ++j) v[j] = col[(h + j) * kPStride];
+#pragma unroll
+        for (unsigned j = 0; j < 16; ++j) total = __fadd_rn(total, v[j]);
+      }
+      for (; h < p.heads; ++h) total = __fadd_rn(total, col[h * kPStride]);
       p.scores[static_cast<std::uint64_t>(token) * p.score_stride + row0 + tid] = total;
     }
     __syncthreads();
+    // The flagged-row count is reset here, after the barrier that follows its last read, and not at the top
+    // of the next tile: the compiler reads q_ok / fq_min / fq_max with one 16-byte load that also covers
+    // nflagged, so a reset before the first tile's barrier races with that load (compute-sanitizer racecheck).
+    if (tid == 0) sm.nflagged = 0;
+    tile = next;
   }
 }
 
@@ -346,14 +446,18 @@ __global__ void __launch_bounds__(kScoreThreads) score_kernel(ScoreParams p) {
 
 cudaError_t launch_prepare_queries(const PrepareParams& p, cudaStream_t stream) {
   if (p.tokens == 0) return cudaSuccess;
-  prepare_kernel<<<p.tokens, 256, 0, stream>>>(p);
+  prepare_kernel<<<dim3(p.tokens, kIndexerMaxHeads / kPrepareHeadsPerBlock), kPrepareHeadsPerBlock * 32, 0, stream>>>(p);
   return cudaGetLastError();
+}
+
+cudaError_t prepare_indexer_scores() {
+  return cudaFuncSetAttribute(score_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(sizeof(ScoreSmem)));
 }
 
 cudaError_t launch_indexer_scores(const ScoreParams& p, cudaStream_t stream) {
   if (p.count == 0 || p.blocks_per_token == 0) return cudaSuccess;
   const dim3 grid(p.blocks_per_token, p.count);
-  score_kernel<<<grid, kScoreThreads, 0, stream>>>(p);
+  score_kernel<<<grid, kScoreThreads, sizeof(ScoreSmem), stream>>>(p);
   return cudaGetLastError();
 }
 

@@ -35,7 +35,7 @@ inline constexpr std::uint32_t kWindow = 128;
 //   qf   float [tokens, 64, 128]   prepared query (Hadamard + FP4), exactly the CPU's prepare_indexer_query
 //   qi   int8  [tokens, 64, 128]   qf / 2^fq[head] as integers (|qi| <= 127), zero for padded heads
 //   fq   int32 [tokens, 64]        per-head exponent
-//   info int32 [tokens, 4]         {all heads exact (1/0), min fq, max fq, 0}
+//   info int32 [tokens, 64]        per head: 1 when the integer codes are exact (always for FP4-grid queries)
 struct QueryLayout {
   std::uint64_t qf, qi, fq, info, total;
 };
@@ -46,7 +46,7 @@ inline QueryLayout query_layout(std::uint64_t tokens) {
   l.qi = al(l.qf + tokens * kIndexerMaxHeads * kIndexerDim * 4);
   l.fq = al(l.qi + tokens * kIndexerMaxHeads * kIndexerDim);
   l.info = al(l.fq + tokens * kIndexerMaxHeads * 4);
-  l.total = al(l.info + tokens * 16);
+  l.total = al(l.info + tokens * kIndexerMaxHeads * 4);
   return l;
 }
 
@@ -63,6 +63,7 @@ cudaError_t launch_prepare_queries(const PrepareParams& p, cudaStream_t stream);
 // ---- indexer scores -----------------------------------------------------------------------------------
 inline constexpr std::uint32_t kScoreTileRows = 64;
 inline constexpr std::uint32_t kScoreThreads = 128;
+inline constexpr std::uint32_t kPrepareHeadsPerBlock = 16;  // one warp per head
 struct ScoreParams {
   const TokenRowsDev* tokens;
   const float* weights;  // [tokens, heads]
@@ -72,6 +73,7 @@ struct ScoreParams {
   unsigned long long* fallback_rows;  // optional counter of rows scored by the exact scalar path
   std::uint32_t count, heads, storage, row_bytes, score_stride, blocks_per_token;
 };
+cudaError_t prepare_indexer_scores();
 cudaError_t launch_indexer_scores(const ScoreParams& p, cudaStream_t stream);
 
 // ---- top-k --------------------------------------------------------------------------------------------
@@ -90,8 +92,10 @@ cudaError_t launch_topk(const TopkParams& p, cudaStream_t stream);
 
 // ---- sparse attention ---------------------------------------------------------------------------------
 inline constexpr std::uint32_t kAttnTileRows = 64;
-inline constexpr std::uint32_t kAttnHeadGroup = 16;  // heads per block (the MMA's M)
-inline constexpr std::uint32_t kAttnThreads = 128;
+inline constexpr std::uint32_t kAttnHeadGroup = 16;   // heads per warp (the MMA's M); heads are a multiple
+inline constexpr std::uint32_t kAttnBlockHeads = 64;  // heads per block: each row tile is read once for them
+inline constexpr std::uint32_t kAttnThreads = 512;    // 16 warps: 4 head groups x 4 row / dim quarters
+inline constexpr std::uint32_t kAttnMaxSplits = 4096;
 struct AttentionParams {
   const TokenRowsDev* tokens;
   const float* q;     // [count, heads, 512]

@@ -48,9 +48,18 @@ __device__ SelectResult radix_select(const std::uint64_t* keys, std::uint32_t n,
     const unsigned shift = 56u - 8u * static_cast<unsigned>(d);
     for (unsigned i = threadIdx.x; i < 256; i += blockDim.x) hist[i] = 0;
     __syncthreads();
-    for (std::uint32_t i = threadIdx.x; i < n; i += blockDim.x) {
-      const std::uint64_t key = keys[i];
-      if (d == 0 || (key >> (shift + 8u)) == prefix) atomicAdd(&hist[(key >> shift) & 0xFFu], 1u);
+    // Lanes with the same digit add once (scores of one token often share their leading bits).
+    for (std::uint32_t i0 = 0; i0 < n; i0 += blockDim.x) {
+      const std::uint32_t i = i0 + threadIdx.x;
+      std::uint32_t bin = 0xFFFFFFFFu;
+      if (i < n) {
+        const std::uint64_t key = keys[i];
+        if (d == 0 || (key >> (shift + 8u)) == prefix) bin = static_cast<std::uint32_t>((key >> shift) & 0xFFu);
+      }
+      const unsigned peers = __match_any_sync(0xFFFFFFFFu, bin);
+      if (bin != 0xFFFFFFFFu && (threadIdx.x % 32) == static_cast<unsigned>(__ffs(static_cast<int>(peers)) - 1)) {
+        atomicAdd(&hist[bin], static_cast<std::uint32_t>(__popc(peers)));
+      }
     }
     __syncthreads();
     if (threadIdx.x < 32) {
@@ -95,26 +104,6 @@ __device__ SelectResult radix_select(const std::uint64_t* keys, std::uint32_t n,
   return SelectResult{prefix, 0u};  // not reached for distinct keys (the last digit's bin holds one key)
 }
 
-// Bitonic sort, descending, of n (a power of two) keys in shared memory.
-__device__ void bitonic_desc(std::uint64_t* s, std::uint32_t n) {
-  for (std::uint32_t k2 = 2; k2 <= n; k2 <<= 1) {
-    for (std::uint32_t j = k2 >> 1; j > 0; j >>= 1) {
-      for (std::uint32_t i = threadIdx.x; i < n; i += blockDim.x) {
-        const std::uint32_t ixj = i ^ j;
-        if (ixj > i) {
-          const std::uint64_t a = s[i], b = s[ixj];
-          const bool desc = (i & k2) == 0;
-          if (desc ? (a < b) : (a > b)) {
-            s[i] = b;
-            s[ixj] = a;
-          }
-        }
-      }
-      __syncthreads();
-    }
-  }
-}
-
 constexpr unsigned kStage1Threads = 512;
 constexpr unsigned kStage2Threads = 1024;
 
@@ -135,6 +124,7 @@ __global__ void __launch_bounds__(kStage1Threads) topk_stage1(TopkParams p) {
     for (std::uint32_t i = threadIdx.x; i < m; i += blockDim.x) cand[i] = composite(sc[i], c0 + i);
     return;
   }
+#pragma unroll 4
   for (std::uint32_t i = threadIdx.x; i < m; i += blockDim.x) keys[i] = composite(sc[i], c0 + i);
   if (threadIdx.x == 0) sh[3] = 0;
   __syncthreads();
@@ -163,15 +153,13 @@ __global__ void __launch_bounds__(kStage2Threads) topk_stage2(TopkParams p) {
   const std::uint32_t chunks = (n + p.chunk_rows - 1) / p.chunk_rows;
   const std::uint32_t total = chunks * p.k;  // <= kTopkMaxCandidates (host check)
   const std::uint64_t* cand = p.candidates + static_cast<std::uint64_t>(token) * p.chunks * p.k;
+#pragma unroll 4
   for (std::uint32_t j = threadIdx.x; j < total; j += blockDim.x) {
     const std::uint32_t c = j / p.k, i = j % p.k;
     const std::uint32_t rows_c = min(p.chunk_rows, n - c * p.chunk_rows);
     // Slots a chunk did not fill hold key 0, below every real key (real keys have ~index != 0).
     keys[j] = i < min(p.k, rows_c) ? cand[j] : 0ull;
   }
-  std::uint32_t np2 = 1;
-  while (np2 < kk) np2 <<= 1;
-  for (std::uint32_t i = threadIdx.x; i < np2; i += blockDim.x) best[i] = 0ull;
   if (threadIdx.x == 0) sh[3] = 0;
   __syncthreads();
   const SelectResult sel = radix_select(keys, total, kk, hist, sh);
@@ -180,10 +168,30 @@ __global__ void __launch_bounds__(kStage2Threads) topk_stage2(TopkParams p) {
     if ((key >> sel.shift) >= sel.prefix) best[atomicAdd(&sh[3], 1u)] = key;
   }
   __syncthreads();
-  bitonic_desc(best, np2);
-  for (std::uint32_t i = threadIdx.x; i < p.k; i += blockDim.x) {
-    out[i] = i < kk ? static_cast<std::int32_t>(0xFFFFFFFFu - static_cast<std::uint32_t>(best[i] & 0xFFFFFFFFull)) : -1;
+  // The kk keys are distinct: a key's slot is the number of larger keys (shared-memory broadcast reads).
+  // With kk <= blockDim / 2 two neighbouring threads count half of the keys each.
+  if (2 * kk <= blockDim.x) {
+    const std::uint32_t i = threadIdx.x / 2, half = threadIdx.x % 2;
+    std::uint32_t rank = 0;
+    std::uint64_t key = 0;
+    if (i < kk) {
+      key = best[i];
+      const std::uint32_t j0 = half * (kk / 2), j1 = half == 0 ? kk / 2 : kk;
+      for (std::uint32_t j = j0; j < j1; ++j) rank += best[j] > key ? 1u : 0u;
+    }
+    rank += __shfl_xor_sync(0xFFFFFFFFu, rank, 1);
+    if (i < kk && half == 0) {
+      out[rank] = static_cast<std::int32_t>(0xFFFFFFFFu - static_cast<std::uint32_t>(key & 0xFFFFFFFFull));
+    }
+  } else {
+    for (std::uint32_t i = threadIdx.x; i < kk; i += blockDim.x) {
+      const std::uint64_t key = best[i];
+      std::uint32_t rank = 0;
+      for (std::uint32_t j = 0; j < kk; ++j) rank += best[j] > key ? 1u : 0u;
+      out[rank] = static_cast<std::int32_t>(0xFFFFFFFFu - static_cast<std::uint32_t>(key & 0xFFFFFFFFull));
+    }
   }
+  for (std::uint32_t i = kk + threadIdx.x; i < p.k; i += blockDim.x) out[i] = -1;
 }
 
 }  // namespace
@@ -192,6 +200,7 @@ cudaError_t launch_topk(const TopkParams& p, cudaStream_t stream) {
   if (p.count == 0) return cudaSuccess;
   const std::size_t smem1 = static_cast<std::size_t>(p.chunk_rows) * 8 + 260 * 4;
   const std::size_t smem2 = static_cast<std::size_t>(kTopkMaxCandidates + kTopkMaxK) * 8 + 260 * 4;
+  // (Set on every launch: cheap, and valid whichever device is current.)
   cudaError_t e = cudaFuncSetAttribute(topk_stage1, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem1));
   if (e != cudaSuccess) return e;
   e = cudaFuncSetAttribute(topk_stage2, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem2));

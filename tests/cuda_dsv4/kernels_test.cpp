@@ -7,15 +7,19 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <map>
+#include <mutex>
 #include <numeric>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "kvcompact/cuda/dsv4_kernels.hpp"
@@ -37,6 +41,24 @@ namespace kd = kvcompact::dsv4;
     if (device_count() == 0) GTEST_SKIP() << "no CUDA device (cudaGetDeviceCount reports none)"; \
   } while (0)
 
+// A kernel that never returns would stall the whole GPU run: the first kernel test arms a watchdog that ends
+// the process after DSV4_KERNELS_WATCHDOG_S seconds (default 600; 0 disables it).
+void arm_watchdog() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    const char* env = std::getenv("DSV4_KERNELS_WATCHDOG_S");
+    const int secs = env != nullptr ? std::atoi(env) : 600;
+    if (secs <= 0) return;
+    std::thread([secs] {
+      std::this_thread::sleep_for(std::chrono::seconds(secs));
+      std::fprintf(stderr, "[dsv4-kernels] watchdog: still running after %d s, ending the process\n", secs);
+      std::fflush(stdout);
+      std::fflush(stderr);
+      std::_Exit(3);
+    }).detach();
+  });
+}
+
 std::uint64_t fresh_seed() {
   std::random_device rd;
   return (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
@@ -48,7 +70,14 @@ T take(Result<T>&& r) {
   return std::move(r).value();
 }
 
-void check(const Status& st, const char* what) { ASSERT_TRUE(st.ok()) << what << ": " << st.error().to_string(); }
+void check(const Status& st, const char* what) {
+  ASSERT_TRUE(st.ok()) << what << ": " << st.error().to_string();
+  if (std::getenv("DSV4_KERNELS_TRACE") != nullptr) {
+    const Status s2 = synchronize();
+    std::printf("[dsv4-kernels] trace: %s done (%s)\n", what, s2.ok() ? "ok" : s2.error().to_string().c_str());
+    std::fflush(stdout);
+  }
+}
 
 DeviceBuffer alloc(std::uint64_t bytes) {
   auto r = DeviceBuffer::allocate(std::max<std::uint64_t>(bytes, 16));
@@ -134,6 +163,7 @@ struct IndexerCase {
 };
 
 void run_indexer_case(const IndexerCase& c) {
+  arm_watchdog();
   const std::uint64_t seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed) + " case " + c.name);
   std::mt19937_64 rng(seed);
@@ -272,6 +302,7 @@ void run_indexer_case(const IndexerCase& c) {
 // ---- top-k alone on constructed scores --------------------------------------------------------------------
 
 void run_topk_case(const std::string& name, const std::vector<std::vector<float>>& per_token, std::uint32_t k) {
+  arm_watchdog();
   const std::uint32_t count = static_cast<std::uint32_t>(per_token.size());
   std::uint32_t max_rows = 0;
   for (const auto& s : per_token) max_rows = std::max<std::uint32_t>(max_rows, static_cast<std::uint32_t>(s.size()));
@@ -353,6 +384,7 @@ std::vector<float> model_attention_row(std::mt19937_64& rng, kd::RowStorage stor
 }
 
 void run_attention_case(const AttnCase& c) {
+  arm_watchdog();
   const std::uint64_t seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed) + " case " + c.name);
   std::mt19937_64 rng(seed);
@@ -513,6 +545,83 @@ TEST(CudaDsv4KernelsSmall, AttentionTiny) {
   run_attention_case(c);
 }
 
+// Host-side argument checks: no device needed (they fail before any CUDA call), so CI runs them too.
+TEST(CudaDsv4KernelsArgs, InvalidArgumentsAreRejected) {
+  EXPECT_EQ(topk_max_rows(512), 524288u);
+  EXPECT_EQ(topk_max_rows(1024), 262144u);
+  EXPECT_EQ(topk_max_rows(0), 0u);
+  EXPECT_EQ(topk_max_rows(4096), 0u);
+  alignas(16) static float dummy[64];
+  auto code = [](const Status& st) { return st.ok() ? ErrorCode::Internal : st.error().code; };
+  EXPECT_EQ(code(indexer_prepare_queries(dummy, 1, 65, false, dummy, 1 << 20, nullptr)), ErrorCode::InvalidArgument);
+  EXPECT_EQ(code(indexer_prepare_queries(nullptr, 1, 64, false, dummy, 1 << 20, nullptr)), ErrorCode::InvalidArgument);
+  EXPECT_EQ(code(indexer_prepare_queries(dummy + 1, 1, 64, false, dummy, 1 << 20, nullptr)), ErrorCode::InvalidArgument);
+  EXPECT_EQ(code(indexer_prepare_queries(dummy, 2, 64, false, dummy, 16, nullptr)), ErrorCode::InvalidArgument);
+  EXPECT_TRUE(indexer_prepare_queries(dummy, 0, 64, false, nullptr, 0, nullptr).ok());  // nothing to do
+  IndexerScoreArgs sa;
+  sa.count = 1;
+  sa.heads = 0;
+  EXPECT_EQ(code(indexer_scores(sa, nullptr)), ErrorCode::InvalidArgument);
+  sa.heads = 64;
+  EXPECT_EQ(code(indexer_scores(sa, nullptr)), ErrorCode::InvalidArgument);  // null pointers
+  TopkArgs ta;
+  ta.count = 1;
+  ta.k = 0;
+  EXPECT_EQ(code(indexer_topk(ta, dummy, 1 << 20, nullptr)), ErrorCode::InvalidArgument);
+  ta.k = 512;
+  ta.max_rows = 524289;
+  EXPECT_EQ(code(indexer_topk(ta, dummy, 1 << 20, nullptr)), ErrorCode::Unsupported);
+  AttentionArgs aa;
+  aa.count = 1;
+  aa.heads = 20;
+  EXPECT_EQ(code(sparse_attention(aa, dummy, 1 << 20, nullptr)), ErrorCode::InvalidArgument);
+  aa.heads = 64;
+  aa.ratio = 8;
+  EXPECT_EQ(code(sparse_attention(aa, dummy, 1 << 20, nullptr)), ErrorCode::InvalidArgument);
+  aa.ratio = 4;  // tokens / q / out missing
+  EXPECT_EQ(code(sparse_attention(aa, dummy, 1 << 20, nullptr)), ErrorCode::InvalidArgument);
+}
+
+// The CPU half of the exactness argument (docs/cuda-dsv4-kernels.md), checked on the CPU alone: for model
+// data (Hadamard + FP4 queries and keys) the CPU's float32 dot equals the exact dot product, and its scores
+// equal the head sum of exact dots in the CPU's order — which is what the int8 tensor-core scorer computes.
+TEST(CudaDsv4KernelsArgs, CpuIndexerDotIsExactOnModelData) {
+  const std::uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  const std::size_t H = 64, rows = 300;
+  std::vector<float> q = normal(rng, H * 128, 1.0f);
+  kd::prepare_indexer_query(q.data(), H);
+  std::uniform_real_distribution<float> mag(0.01f, 100.0f);
+  std::vector<float> keys;
+  for (std::size_t r = 0; r < rows; ++r) {
+    std::vector<float> k = normal(rng, 128, mag(rng));
+    kd::simulate_indexer_row(k.data());
+    keys.insert(keys.end(), k.begin(), k.end());
+  }
+  const std::vector<float> w = normal(rng, H, 0.01f);
+  std::vector<float> scores(rows);
+  kd::indexer_scores_contiguous(scores.data(), q.data(), w.data(), keys.data(), rows, H, 128);
+  std::size_t inexact = 0, differ = 0;
+  for (std::size_t r = 0; r < rows; ++r) {
+    float total = 0.0f;
+    for (std::size_t h = 0; h < H; ++h) {
+      double exact = 0.0;  // products and sums of FP4-grid values are exact in double here
+      for (std::size_t i = 0; i < 128; ++i) exact += static_cast<double>(q[h * 128 + i]) * keys[r * 128 + i];
+      const float as_float = static_cast<float>(exact);
+      inexact += static_cast<double>(as_float) != exact;
+      differ += bits(kd::detail::dot_f32(&q[h * 128], &keys[r * 128], 128)) != bits(as_float);
+      const float prod = w[h] * std::max(as_float, 0.0f);
+      total = total + prod;
+    }
+    differ += bits(total) != bits(scores[r]);
+  }
+  std::printf("[dsv4-kernels] cpu exactness: %zu dots not representable, %zu values differing (seed %llu)\n", inexact,
+              differ, static_cast<unsigned long long>(seed));
+  EXPECT_EQ(inexact, 0u);
+  EXPECT_EQ(differ, 0u);
+}
+
 TEST(CudaDsv4Kernels, IndexerMatchesCpuBitForBit) {
   SKIP_WITHOUT_GPU();
   for (auto st : {kd::IndexerStorage::Mxfp4, kd::IndexerStorage::Fp8, kd::IndexerStorage::Bf16}) {
@@ -624,44 +733,4 @@ TEST(CudaDsv4Kernels, AttentionPrefillChunk) {
 }
 
 }  // namespace
-// The CPU half of the exactness argument (docs/cuda-dsv4-kernels.md), checked on the CPU alone: for model
-// data (Hadamard + FP4 queries and keys) the CPU's float32 dot equals the exact dot product, and its scores
-// equal the head sum of exact dots in the CPU's order — which is what the int8 tensor-core scorer computes.
-TEST(CudaDsv4KernelsArgs, CpuIndexerDotIsExactOnModelData) {
-  const std::uint64_t seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  std::mt19937_64 rng(seed);
-  const std::size_t H = 64, rows = 300;
-  std::vector<float> q = normal(rng, H * 128, 1.0f);
-  kd::prepare_indexer_query(q.data(), H);
-  std::uniform_real_distribution<float> mag(0.01f, 100.0f);
-  std::vector<float> keys;
-  for (std::size_t r = 0; r < rows; ++r) {
-    std::vector<float> k = normal(rng, 128, mag(rng));
-    kd::simulate_indexer_row(k.data());
-    keys.insert(keys.end(), k.begin(), k.end());
-  }
-  const std::vector<float> w = normal(rng, H, 0.01f);
-  std::vector<float> scores(rows);
-  kd::indexer_scores_contiguous(scores.data(), q.data(), w.data(), keys.data(), rows, H, 128);
-  std::size_t inexact = 0, differ = 0;
-  for (std::size_t r = 0; r < rows; ++r) {
-    float total = 0.0f;
-    for (std::size_t h = 0; h < H; ++h) {
-      double exact = 0.0;  // products and sums of FP4-grid values are exact in double here
-      for (std::size_t i = 0; i < 128; ++i) exact += static_cast<double>(q[h * 128 + i]) * keys[r * 128 + i];
-      const float as_float = static_cast<float>(exact);
-      inexact += static_cast<double>(as_float) != exact;
-      differ += bits(kd::detail::dot_f32(&q[h * 128], &keys[r * 128], 128)) != bits(as_float);
-      const float prod = w[h] * std::max(as_float, 0.0f);
-      total = total + prod;
-    }
-    differ += bits(total) != bits(scores[r]);
-  }
-  std::printf("[dsv4-kernels] cpu exactness: %zu dots not representable, %zu values differing (seed %llu)\n", inexact,
-              differ, static_cast<unsigned long long>(seed));
-  EXPECT_EQ(inexact, 0u);
-  EXPECT_EQ(differ, 0u);
-}
-
 }  // namespace kvcompact::cuda::dsv4

@@ -5,6 +5,7 @@
 // the inverse RoPE on the output tail. Every function works on device pointers to rows in the CPU storage
 // layouts (kvcompact/dsv4/storage.hpp), allocates nothing (caller-provided workspaces) and only enqueues
 // work on `stream` (a cudaStream_t; null = default stream), so it can be captured in a CUDA graph.
+// Queries, outputs and workspaces must be 16-byte aligned (checked: InvalidArgument).
 // No CUDA header is included here.
 #pragma once
 
@@ -19,9 +20,10 @@ namespace kvcompact::cuda::dsv4 {
 using kvcompact::dsv4::IndexerStorage;
 using kvcompact::dsv4::RowStorage;
 
-// Where one token's rows live (all device pointers; an array of these lives in device memory). Row
-// addresses must be aligned to their row size's natural alignment within a 16-byte aligned buffer
-// (BF16 attention rows 16 B, FP8 attention rows 8 B, indexer rows 4 B).
+// Where one token's rows live (all device pointers; an array of these lives in device memory). Every base
+// pointer must be 16-byte aligned (the kernels load BF16 attention rows in 16-byte pieces, FP8 attention rows
+// in 8-byte pieces, and copy indexer rows in 64-row tiles with 16-byte cp.async); DeviceBuffer allocations
+// and offsets that are multiples of 64 rows satisfy this.
 struct TokenRows {
   // Attention rows of the window ring: position p at slot p mod ring_capacity.
   const void* window_ring = nullptr;
