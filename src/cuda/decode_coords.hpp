@@ -26,12 +26,12 @@ KVC_HD inline std::uint32_t byte_perm(std::uint32_t x, std::uint32_t y, std::uin
 #endif
 }
 
-// 2-bit codes are dequantised from registers, not shared memory: the four fp16 centroids' low bytes in one
+// 2-bit values are dequantised from registers, not shared memory: the four fp16 centroids' low bytes in one
 // register and high bytes in another. From a word of sixteen codes (code i at bits 2i),
 // n = (w >> 2j) & 0x33333333 holds codes j, j + 2, ..., j + 14 in its nibbles; a byte permute of each table by
 // n's low four nibbles gives four low / high bytes, and a third permute interleaves two of them into a half2:
 // (j, j + 2) or (j + 4, j + 6) (then n >> 16 for j + 8 ... j + 14). That fixes the coordinate order of
-// key_coord / value_first below.
+// value_first below.
 // Nibble selector of codes j + 2i (i = 0..3), from the low (upper = false) or high eight codes of the word.
 KVC_HD inline std::uint32_t nibble_codes(std::uint32_t w, unsigned j, bool upper) {
   const std::uint32_t n = (w >> (2 * j)) & 0x33333333u;
@@ -45,18 +45,22 @@ KVC_HD inline std::uint32_t dequant2(std::uint32_t sel, bool second, std::uint32
 
 // Coordinate (inside a lane's key slice) of slot e ∈ {0, 1, 2, 3} of k-step kk of the score MMA: slots 0, 1 are
 // the A fragment's a0 / a1 half2 and slots 2, 3 its a2 / a3. Any permutation works when the query's B fragment
-// uses the same one; it is chosen so that a lane's codes over all k-steps are one contiguous slice and, for
-// 2-bit codes, so that dequant2 yields the half2s directly (k-step 4w + r: j = r / 2, upper = r odd).
+// uses the same one; 4kk + e makes a lane's codes over all k-steps one contiguous slice, read in order.
 template <int CB>
 KVC_HD constexpr unsigned key_coord(unsigned kk, unsigned e) {
-  return CB == 2 ? 16 * (kk / 4) + (kk % 4) / 2 + 8 * (kk % 2) + 2 * e : 4 * kk + e;
+  return 4 * kk + e;
 }
-// The nibble selector of k-step kk (2-bit keys; a0 / a1 are its nibbles 0, 1 and a2 / a3 its nibbles 2, 3).
-struct KeyPairSource {
-  unsigned word, j;
-  bool upper;
+// 2- and 4-bit keys are looked up one code byte at a time (a code-byte table: 2-bit codes give slots 0..3 of
+// k-step kk as one uint2 entry, 4-bit codes slots 0, 1 and 2, 3 as two half2 entries). The byte of the slice
+// (word, byte inside the word) that holds slots `first_slot`, ... of k-step kk:
+struct KeyByteSource {
+  unsigned word, byte;
 };
-KVC_HD constexpr KeyPairSource key_pair_source(unsigned kk) { return {kk / 4, (kk % 4) / 2, (kk % 2) != 0}; }
+template <int CB>
+KVC_HD constexpr KeyByteSource key_byte_source(unsigned kk, unsigned first_slot) {
+  const unsigned bit = CB * key_coord<CB>(kk, first_slot);
+  return {bit / 32, (bit % 32) / 8};
+}
 // Coordinates (inside a lane group's value slice of D / 8 coordinates) of rows g (value_first) and g + 8
 // (value_first + value_second_offset) of output block jb of the P·V MMA. 2-bit values: block jb of a word's
 // sixteen codes (w = jb / 8) uses j = (jb % 8) / 4 and pair q = jb % 4 of the nibble selector; a slice of eight

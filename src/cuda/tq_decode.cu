@@ -27,10 +27,13 @@ constexpr unsigned kGroup = kDecodeGroup;
 // times (entry e, copy k at word e·kKeyCopies + k; lane l reads copy l mod kKeyCopies): one byte permute and
 // one IMAD address a pair instead of two shift + LOP3 pairs and a byte permute. Fewer copies mean less shared
 // memory but bank conflicts between the lanes that share a copy (32 / kKeyCopies lanes, random entries).
+// 2-bit keys likewise look a code byte (four coordinates) up as one uint2 of a 256-entry table with 16 copies:
+// a 64-bit load is served per half-warp, whose 16 lanes then own 16 distinct copies (conflict-free, 32 KB).
 #ifndef KVC_DECODE_KEY_COPIES
 #define KVC_DECODE_KEY_COPIES 32
 #endif
 constexpr unsigned kKeyCopies = KVC_DECODE_KEY_COPIES;
+constexpr unsigned kQuadCopies = 16;
 static_assert(kKeyCopies >= 1 && kKeyCopies <= 32 && (kKeyCopies & (kKeyCopies - 1)) == 0, "power of two ≤ 32");
 
 __device__ inline std::uint32_t exact_begin(std::uint32_t length, std::uint32_t window_begin, std::uint32_t w) {
@@ -145,12 +148,14 @@ __device__ __forceinline__ std::uint32_t field_offset(const Slice<NS>& b, unsign
   asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(w), "n"(mask), "r"(lane_bytes));
   return r;
 }
-// Byte offset of the code-byte table entry of byte b of w for the lane's copy: the byte by a permute, the
-// scaling and the lane's copy by one multiply-add (FMA pipe; the integer ALU pipe is the kernel's busiest).
+// Byte offset of the code-byte table entry of byte b of w for the lane's copy (entries `Stride` bytes apart):
+// the byte by a permute, the scaling and the lane's copy by one multiply-add (FMA pipe; the integer ALU pipe
+// is the kernel's busiest).
+template <unsigned Stride>
 __device__ __forceinline__ std::uint32_t byte_entry(std::uint32_t w, unsigned b, std::uint32_t lane_bytes) {
   const std::uint32_t x = __byte_perm(w, 0u, 0x4440u | b);
   std::uint32_t r;
-  asm("mad.lo.u32 %0, %1, %2, %3;" : "=r"(r) : "r"(x), "n"(4 * kKeyCopies), "r"(lane_bytes));
+  asm("mad.lo.u32 %0, %1, %2, %3;" : "=r"(r) : "r"(x), "n"(Stride), "r"(lane_bytes));
   return r;
 }
 template <typename T>
@@ -172,10 +177,11 @@ __device__ __forceinline__ void byte_tables(const float* centroids, float alpha,
 
 template <int D, int CB, int VB>
 struct Shape {
-  static constexpr bool pair_keys = CB <= 3, pair_values = VB <= 3, byte_keys = CB == 4;
-  // Warps per block: 8 for 4-bit keys, whose 32 KB code-byte table is then shared by twice the warps (2 blocks
-  // = 16 warps per SM instead of 3 × 4), else 4. Each warp takes kWarpTokens tokens of a stage.
-  static constexpr unsigned warps = byte_keys ? 8u : 4u, threads = 32u * warps, tile = kWarpTokens * warps;
+  static constexpr bool pair_keys = CB == 1 || CB == 3, pair_values = VB <= 3, byte_keys = CB == 4, quad_keys = CB == 2;
+  // Warps per block: 8 for 2- and 4-bit keys, whose 32 KB code-byte table is then shared by twice the warps
+  // (2 blocks = 16 warps per SM instead of 3 × 4), else 4. Each warp takes kWarpTokens tokens of a stage.
+  static constexpr unsigned warps = byte_keys || quad_keys ? 8u : 4u, threads = 32u * warps,
+                            tile = kWarpTokens * warps;
   static constexpr unsigned kc_bpt = D * CB / 8, ks_bpt = D / 8, vc_bpt = D * VB / 8;
   static constexpr unsigned kc = round16(tile * kc_bpt + 32), ks = round16(tile * ks_bpt + 32);
   static constexpr unsigned kn = round16(tile * 4 + 32), kr = round16(tile * 2 + 32);
@@ -194,7 +200,7 @@ struct Shape {
   // indices across a warp is one shared-memory wavefront. Narrow codes look a pair of coordinates up at once
   // (2^(2b) entries); 4- and 5-bit codes look single coordinates up and pair them with a byte permute.
   // 2-bit codes need no table in shared memory (dequant2 reads register tables); 4-bit keys a code-byte table.
-  static constexpr unsigned lut_k = CB == 2   ? 0u
+  static constexpr unsigned lut_k = quad_keys   ? 256u * 8u * kQuadCopies
                                     : byte_keys ? 256u * 4u * kKeyCopies
                                                 : (pair_keys ? (1u << (2 * CB)) : (1u << CB)) * 128u;
   static constexpr unsigned lut_v = VB == 2 ? 0u : (pair_values ? (1u << (2 * VB)) : (1u << VB)) * 128u;
@@ -265,9 +271,9 @@ __global__ void __launch_bounds__(Shape<D, CB, VB>::threads, (decode_min_blocks<
   const unsigned tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5;
   const unsigned g = lane >> 2, c = lane & 3u;
   const std::uint32_t lane4 = 4u * lane;  // a lane's byte offset inside every lane-replicated table entry
-  const std::uint32_t key_lane = 4u * (lane % kKeyCopies);  // the same for the code-byte table of 4-bit keys
-  std::uint32_t ktl = 0, kth = 0, vtl = 0, vth = 0;  // 2-bit codes: centroid byte tables (dequant2)
-  if constexpr (CB == 2) byte_tables(p.tables->key_centroids, p.tables->key_lut_scale, ktl, kth);
+  // The same for the code-byte tables of 4-bit (half2 entries) and 2-bit keys (uint2 entries).
+  const std::uint32_t key_lane = S::quad_keys ? 8u * (lane % kQuadCopies) : 4u * (lane % kKeyCopies);
+  std::uint32_t vtl = 0, vth = 0;  // 2-bit values: centroid byte tables (dequant2)
   if constexpr (VB == 2) byte_tables(p.tables->value_centroids, p.tables->value_lut_scale, vtl, vth);
   const std::uint32_t seq = blockIdx.z;
   const std::uint32_t kvh = blockIdx.y / p.head_groups;
@@ -299,7 +305,15 @@ __global__ void __launch_bounds__(Shape<D, CB, VB>::threads, (decode_min_blocks<
     constexpr unsigned km = (1u << CB) - 1u, vm = (1u << VB) - 1u;
     constexpr unsigned nk = S::pair_keys ? (1u << (2 * CB)) : (1u << CB);
     constexpr unsigned nv = S::pair_values ? (1u << (2 * VB)) : (1u << VB);
-    if constexpr (S::byte_keys) {
+    if constexpr (S::quad_keys) {
+      uint2* lut = reinterpret_cast<uint2*>(lut_k);
+      for (unsigned i = tid; i < 256 * kQuadCopies; i += kBlockSize) {
+        const unsigned e = i / kQuadCopies;
+        const float a = t.key_lut_scale;
+        lut[i] = make_uint2(pack_half2(a * t.key_centroids[e & 3u], a * t.key_centroids[(e >> 2) & 3u]),
+                            pack_half2(a * t.key_centroids[(e >> 4) & 3u], a * t.key_centroids[e >> 6]));
+      }
+    } else if constexpr (S::byte_keys) {
       for (unsigned i = tid; i < 256 * kKeyCopies; i += kBlockSize) {
         const unsigned e = i / kKeyCopies;
         const float a = t.key_lut_scale;
@@ -482,21 +496,24 @@ __global__ void __launch_bounds__(Shape<D, CB, VB>::threads, (decode_min_blocks<
       for (int mt = 0; mt < kMt; ++mt) {
         std::uint32_t a0, a1, a2, a3;
         const unsigned pos = 4 * CB * kk;
-        if constexpr (S::byte_keys) {
-          // Coordinates 4kk, 4kk + 1 are byte 2kk of the lane's slice, 4kk + 2, 4kk + 3 byte 2kk + 1.
-          const unsigned wd = kk / 2, b = (2 * kk) % 4;
-          a0 = lds_at<std::uint32_t>(lut_k, byte_entry(kq0[mt].w[wd], b, key_lane));
-          a2 = lds_at<std::uint32_t>(lut_k, byte_entry(kq0[mt].w[wd], b + 1, key_lane));
-          a1 = lds_at<std::uint32_t>(lut_k, byte_entry(kq1[mt].w[wd], b, key_lane));
-          a3 = lds_at<std::uint32_t>(lut_k, byte_entry(kq1[mt].w[wd], b + 1, key_lane));
-        } else if constexpr (CB == 2) {
-          const KeyPairSource src = key_pair_source(kk);
-          const std::uint32_t n0 = nibble_codes(kq0[mt].w[src.word], src.j, src.upper);
-          const std::uint32_t n1 = nibble_codes(kq1[mt].w[src.word], src.j, src.upper);
-          a0 = dequant2(n0, false, ktl, kth);
-          a2 = dequant2(n0, true, ktl, kth);
-          a1 = dequant2(n1, false, ktl, kth);
-          a3 = dequant2(n1, true, ktl, kth);
+        if constexpr (S::quad_keys) {
+          // Slots 0..3 of k-step kk (coordinates 4kk .. 4kk + 3) are one code byte: a0 / a2 from one entry.
+          constexpr unsigned stride = 8 * kQuadCopies;
+          const KeyByteSource src = key_byte_source<CB>(kk, 0);
+          const uint2 x0 = lds_at<uint2>(lut_k, byte_entry<stride>(kq0[mt].w[src.word], src.byte, key_lane));
+          const uint2 x1 = lds_at<uint2>(lut_k, byte_entry<stride>(kq1[mt].w[src.word], src.byte, key_lane));
+          a0 = x0.x;
+          a2 = x0.y;
+          a1 = x1.x;
+          a3 = x1.y;
+        } else if constexpr (S::byte_keys) {
+          // Slots 0, 1 of k-step kk are one code byte, slots 2, 3 the next.
+          constexpr unsigned stride = 4 * kKeyCopies;
+          const KeyByteSource s01 = key_byte_source<CB>(kk, 0), s23 = key_byte_source<CB>(kk, 2);
+          a0 = lds_at<std::uint32_t>(lut_k, byte_entry<stride>(kq0[mt].w[s01.word], s01.byte, key_lane));
+          a2 = lds_at<std::uint32_t>(lut_k, byte_entry<stride>(kq0[mt].w[s23.word], s23.byte, key_lane));
+          a1 = lds_at<std::uint32_t>(lut_k, byte_entry<stride>(kq1[mt].w[s01.word], s01.byte, key_lane));
+          a3 = lds_at<std::uint32_t>(lut_k, byte_entry<stride>(kq1[mt].w[s23.word], s23.byte, key_lane));
         } else if constexpr (S::pair_keys) {
           a0 = lds_at<std::uint32_t>(lut_k, field_offset<2 * CB, 7>(kq0[mt], pos, lane4));
           a2 = lds_at<std::uint32_t>(lut_k, field_offset<2 * CB, 7>(kq0[mt], pos + 2 * CB, lane4));

@@ -1,6 +1,7 @@
 // The decode kernel's coordinate orders and 2-bit register dequantisation (src/cuda/decode_coords.hpp),
 // checked on the CPU (no device needed, so CI runs these): every order is a permutation of a lane's slice,
-// and dequant2 returns, for random code words, the centroids of exactly the coordinates the orders name.
+// the code byte the kernel reads for a k-step holds exactly the key codes of that step's slots, and dequant2
+// returns, for random value code words, the centroids of exactly the coordinates the orders name.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -65,7 +66,7 @@ TEST(DecodeCoords, BytePermMatchesPtxPrmtSemantics) {
 }
 
 // A word of sixteen random 2-bit codes per slice word; dequant2 must return the (lo, hi) table bytes of the codes
-// at the coordinates key_coord / value_first name.
+// at the coordinates value_first names.
 template <int D>
 void check_dequant(std::mt19937_64& rng) {
   std::uniform_int_distribution<std::uint32_t> any;
@@ -78,16 +79,6 @@ void check_dequant(std::mt19937_64& rng) {
   }
   auto code_at = [](const std::vector<std::uint32_t>& words, unsigned c) { return (words[c / 16] >> (2 * (c % 16))) & 3u; };
   auto half = [&](std::uint32_t code) { return std::uint32_t{table[code]}; };
-  // Keys: a lane's slice of D / 4 coordinates = D / 64 words.
-  std::vector<std::uint32_t> kw(D / 64 > 0 ? D / 64 : 1);
-  for (auto& w : kw) w = any(rng);
-  for (unsigned kk = 0; kk < D / 16; ++kk) {
-    const KeyPairSource src = key_pair_source(kk);
-    const std::uint32_t n = nibble_codes(kw[src.word], src.j, src.upper);
-    const std::uint32_t a0 = dequant2(n, false, lo, hi), a2 = dequant2(n, true, lo, hi);
-    EXPECT_EQ(a0, half(code_at(kw, key_coord<2>(kk, 0))) | (half(code_at(kw, key_coord<2>(kk, 1))) << 16)) << "kk " << kk;
-    EXPECT_EQ(a2, half(code_at(kw, key_coord<2>(kk, 2))) | (half(code_at(kw, key_coord<2>(kk, 3))) << 16)) << "kk " << kk;
-  }
   // Values: a lane group's slice of D / 8 coordinates (d = 64: eight codes in the low half of one word).
   std::vector<std::uint32_t> vw(D / 8 >= 16 ? D / 128 : 1);
   for (auto& w : vw) w = any(rng);
@@ -100,7 +91,44 @@ void check_dequant(std::mt19937_64& rng) {
   }
 }
 
-TEST(DecodeCoords, RegisterDequantOfTwoBitCodesFollowsTheOrders) {
+// The code-byte lookups of 2- and 4-bit keys: for random slices, the byte key_byte_source names holds the codes
+// of key_coord's slots (2-bit: slots 0..3 as bits 0-1, 2-3, 4-5, 6-7; 4-bit: slots 0, 1 or 2, 3 as nibbles) —
+// the order in which the kernel's table entries (low half first) hand them to the A fragment.
+template <int CB, int D>
+void check_key_bytes(std::mt19937_64& rng) {
+  std::uniform_int_distribution<std::uint32_t> any;
+  std::vector<std::uint32_t> words(D * CB / 4 / 32);
+  for (auto& w : words) w = any(rng);
+  auto code_at = [&](unsigned c) { return (words[CB * c / 32] >> (CB * c % 32)) & ((1u << CB) - 1u); };
+  constexpr unsigned per_byte = 8 / CB;
+  for (unsigned kk = 0; kk < D / 16; ++kk) {
+    for (unsigned first = 0; first < 4; first += per_byte) {
+      const KeyByteSource src = key_byte_source<CB>(kk, first);
+      ASSERT_LT(src.word, words.size());
+      const std::uint32_t byte = (words[src.word] >> (8 * src.byte)) & 0xFFu;
+      for (unsigned i = 0; i < per_byte; ++i) {
+        EXPECT_EQ((byte >> (CB * i)) & ((1u << CB) - 1u), code_at(key_coord<CB>(kk, first + i)))
+            << "CB " << CB << " D " << D << " kk " << kk << " slot " << first + i;
+      }
+    }
+  }
+}
+
+TEST(DecodeCoords, KeyCodeBytesHoldTheSlotsOfTheirStep) {
+  const std::uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  for (int round = 0; round < 50; ++round) {
+    check_key_bytes<2, 64>(rng);
+    check_key_bytes<2, 128>(rng);
+    check_key_bytes<2, 256>(rng);
+    check_key_bytes<4, 64>(rng);
+    check_key_bytes<4, 128>(rng);
+    check_key_bytes<4, 256>(rng);
+  }
+}
+
+TEST(DecodeCoords, RegisterDequantOfTwoBitValuesFollowsTheOrders) {
   const std::uint64_t seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
