@@ -1,5 +1,5 @@
 // Fused split-K decode attention kernels over the packed TurboQuant layer layout (flash-decoding): one block
-// per (split of the sequence, KV head, sequence) scores 128-token tiles of packed keys for the KV head's whole
+// per (split of the sequence, KV head, sequence) scores 128- or 256-token tiles of packed keys for the KV head's whole
 // GQA group with tensor cores (mma.sync m16n8k16: 16 tokens × 16 coordinates of dequantised fp16 centroids
 // against the group's rotated queries as the N = 8 dimension), accumulates P·V in rotated space and writes one
 // partial (output, log-sum-exp) per split; a window kernel adds the exact f32 rows and a merge kernel combines
@@ -195,11 +195,11 @@ struct Shape {
     return kStages * stage(qjl) > (prologue > merge ? prologue : merge) ? kStages * stage(qjl)
                                                                          : (prologue > merge ? prologue : merge);
   }
-  // Keys: CB ≤ 2 look a lane's 4 consecutive coordinates up at once (uint2 of two half2), wider codes a pair.
   // Lookup tables are replicated once per lane (entry e of lane l at word 32e + l, so bank l): any mix of
-  // indices across a warp is one shared-memory wavefront. Narrow codes look a pair of coordinates up at once
-  // (2^(2b) entries); 4- and 5-bit codes look single coordinates up and pair them with a byte permute.
-  // 2-bit codes need no table in shared memory (dequant2 reads register tables); 4-bit keys a code-byte table.
+  // indices across a warp is one shared-memory wavefront. Keys: 2- and 4-bit codes a code byte at a time
+  // (kQuadCopies / kKeyCopies above), 1- and 3-bit codes a pair of coordinates (2^(2b) entries), 5-bit codes
+  // single coordinates paired with a byte permute. Values: pairs up to 3 bits, single 4-bit coordinates;
+  // 2-bit values need no table in shared memory (dequant2 reads register tables).
   static constexpr unsigned lut_k = quad_keys   ? 256u * 8u * kQuadCopies
                                     : byte_keys ? 256u * 4u * kKeyCopies
                                                 : (pair_keys ? (1u << (2 * CB)) : (1u << CB)) * 128u;
