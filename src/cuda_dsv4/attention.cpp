@@ -8,6 +8,7 @@
 #include "cuda/check.hpp"
 #include "kernels_params.hpp"
 #include "kvcompact/cuda/dsv4_kernels.hpp"
+#include "multiprocessors.hpp"
 
 namespace kvcompact::cuda::dsv4 {
 
@@ -24,18 +25,6 @@ namespace {
 
 std::uint64_t align256(std::uint64_t x) { return (x + 255u) & ~std::uint64_t{255}; }
 
-int multiprocessors() {
-  static const int count = [] {
-    int dev = 0, sms = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
-      (void)cudaGetLastError();
-      return 132;
-    }
-    return std::max(sms, 1);
-  }();
-  return count;
-}
-
 struct SplitPlan {
   std::uint32_t splits = 1;
   std::uint32_t split_rows = detail::kAttnTileRows;
@@ -46,7 +35,7 @@ SplitPlan plan_splits(std::uint32_t count, std::uint32_t heads, std::uint32_t ma
   const std::uint64_t tiles = std::max<std::uint64_t>(1, (std::uint64_t{max_rows} + detail::kAttnTileRows - 1) / detail::kAttnTileRows);
   const std::uint64_t head_blocks = (heads + detail::kAttnBlockHeads - 1) / detail::kAttnBlockHeads;
   const std::uint64_t base = std::max<std::uint64_t>(1, std::uint64_t{count} * head_blocks);
-  const std::uint64_t target = 2ull * static_cast<std::uint64_t>(multiprocessors());
+  const std::uint64_t target = 2ull * static_cast<std::uint64_t>(detail::multiprocessors());
   std::uint64_t splits = std::clamp<std::uint64_t>((target + base - 1) / base, 1, std::min<std::uint64_t>(tiles, detail::kAttnMaxSplits));
   const std::uint64_t tiles_per_split = (tiles + splits - 1) / splits;
   splits = (tiles + tiles_per_split - 1) / tiles_per_split;

@@ -7,24 +7,13 @@
 #include "cuda/check.hpp"
 #include "kernels_params.hpp"
 #include "kvcompact/cuda/dsv4_kernels.hpp"
+#include "multiprocessors.hpp"
 
 namespace kvcompact::cuda::dsv4 {
 
 namespace {
 
 bool aligned16(const void* ptr) { return reinterpret_cast<std::uintptr_t>(ptr) % 16 == 0; }
-
-int multiprocessors() {
-  static const int count = [] {
-    int dev = 0, sms = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
-      (void)cudaGetLastError();
-      return 132;
-    }
-    return std::max(sms, 1);
-  }();
-  return count;
-}
 
 // Stage-1 chunk of the top-k: chunks * k candidates must fit stage 2's shared memory, a chunk stage 1's;
 // at least 4k rows per chunk (so stage 1 discards most rows) unless a token has fewer.
@@ -109,7 +98,7 @@ Status indexer_scores(const IndexerScoreArgs& a, void* stream) {
   // About three resident blocks per multiprocessor in total; a block loops over its token's tiles (the next
   // tile's bytes load while the current one is scored).
   const std::uint64_t tiles = (std::uint64_t{a.max_visible} + detail::kScoreTileRows - 1) / detail::kScoreTileRows;
-  const std::uint64_t want = (3ull * static_cast<std::uint64_t>(multiprocessors()) + a.count - 1) / a.count;
+  const std::uint64_t want = (3ull * static_cast<std::uint64_t>(detail::multiprocessors()) + a.count - 1) / a.count;
   p.blocks_per_token = static_cast<std::uint32_t>(std::min<std::uint64_t>(tiles, std::max<std::uint64_t>(want, 1)));
   if (p.blocks_per_token == 0) return ok_status();
   static const cudaError_t prepared = detail::prepare_indexer_scores();
