@@ -1,5 +1,5 @@
 // Shared pieces of the CUDA benchmarks (bench/cuda/*_bench.cpp): abort-on-error checks, CUDA-event median
-// timing, and the regions of a packed TurboQuant layer that fill_layer_random fills. Benchmarks are
+// timing, the device line and the copy-bandwidth roofline, and the regions of a packed TurboQuant layer that fill_layer_random fills. Benchmarks are
 // programs, so a failed call prints what failed and exits.
 #pragma once
 
@@ -14,6 +14,7 @@
 
 #include "fill.hpp"
 #include "kvcompact/core/error.hpp"
+#include "kvcompact/cuda/runtime.hpp"
 #include "kvcompact/tq/layout.hpp"
 
 #define BENCH_CHECK(expr)                                                                  \
@@ -44,10 +45,11 @@ T take(Result<T>&& r, const char* what) {
   return std::move(r).value();
 }
 
-// Median of `iters` CUDA-event-timed calls of body after `warmup` untimed ones, in µs. body() or body(i)
-// (i counts every call, warm-up included, so a caller can rotate over buffer copies).
+// Median of `iters` CUDA-event-timed calls of body after `warmup` untimed ones, in µs, with the events on
+// `stream`. body() or body(i) (i counts every call, warm-up included, so a caller can rotate over buffer
+// copies).
 template <typename F>
-double median_us(int warmup, int iters, F&& body) {
+double median_us(int warmup, int iters, F&& body, cudaStream_t stream = nullptr) {
   auto call = [&](int i) {
     if constexpr (std::is_invocable_v<F&, int>) {
       body(i);
@@ -63,9 +65,9 @@ double median_us(int warmup, int iters, F&& body) {
   CUDA_CHECK(cudaDeviceSynchronize());
   std::vector<double> t;
   for (int i = 0; i < iters; ++i) {
-    CUDA_CHECK(cudaEventRecord(a));
+    CUDA_CHECK(cudaEventRecord(a, stream));
     call(warmup + i);
-    CUDA_CHECK(cudaEventRecord(b));
+    CUDA_CHECK(cudaEventRecord(b, stream));
     CUDA_CHECK(cudaEventSynchronize(b));
     float ms = 0;
     CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
@@ -75,6 +77,37 @@ double median_us(int warmup, int iters, F&& body) {
   CUDA_CHECK(cudaEventDestroy(b));
   std::sort(t.begin(), t.end());
   return t[t.size() / 2];
+}
+
+// Device 0's properties, after printing them; exits when there is no CUDA device.
+inline cuda::DeviceProperties require_device() {
+  if (cuda::device_count() == 0) {
+    std::fprintf(stderr, "no CUDA device\n");
+    std::exit(1);
+  }
+  cuda::DeviceProperties props = take(cuda::device_properties(0), "device_properties");
+  std::printf("device: %s, %d SMs, %.1f GiB, L2 %.0f MiB\n", props.name.c_str(), props.multiprocessors,
+              props.global_memory / 1073741824.0, props.l2_bytes / 1048576.0);
+  return props;
+}
+
+// The roofline of every benchmark: a device-to-device copy of `n` bytes (median of 10 after 2 warm-ups),
+// counting bytes read + written; prints the bandwidth.
+struct CopyBandwidth {
+  double us = 0;
+  std::uint64_t bytes = 0;  // read + written
+  double gbps = 0;
+};
+inline CopyBandwidth measure_copy_bandwidth(std::uint64_t n) {
+  auto src = take(cuda::DeviceBuffer::allocate(n), "allocate copy src");
+  auto dst = take(cuda::DeviceBuffer::allocate(n), "allocate copy dst");
+  BENCH_CHECK(src.fill(1));
+  CopyBandwidth c;
+  c.us = median_us(2, 10, [&] { CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), n, cudaMemcpyDeviceToDevice)); });
+  c.bytes = 2 * n;
+  c.gbps = static_cast<double>(c.bytes) / (c.us * 1e3);
+  std::printf("copy bandwidth (read+write): %.0f GB/s\n", c.gbps);
+  return c;
 }
 
 // The byte / f32 / f16 regions of a layer's packed records (every slot of every sequence and KV head).

@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.hpp"
 #include "kvcompact/cuda/dsv4_kernels.hpp"
 #include "kvcompact/cuda/runtime.hpp"
 #include "kvcompact/dsv4/config.hpp"
@@ -32,33 +33,9 @@ using namespace kvcompact;
 namespace kd = kvcompact::dsv4;
 namespace kc = kvcompact::cuda::dsv4;
 
-#define CUDA_CHECK(x)                                                                             \
-  do {                                                                                            \
-    const cudaError_t e_ = (x);                                                                   \
-    if (e_ != cudaSuccess) {                                                                      \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));    \
-      std::exit(1);                                                                               \
-    }                                                                                             \
-  } while (0)
-#define BENCH_CHECK(x)                                                                            \
-  do {                                                                                            \
-    const Status s_ = (x);                                                                        \
-    if (!s_.ok()) {                                                                               \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, s_.error().to_string().c_str()); \
-      std::exit(1);                                                                               \
-    }                                                                                             \
-  } while (0)
-
 namespace {
 
-template <typename T>
-T take(Result<T>&& r, const char* what) {
-  if (!r.ok()) {
-    std::fprintf(stderr, "%s: %s\n", what, r.error().to_string().c_str());
-    std::exit(1);
-  }
-  return std::move(r).value();
-}
+using bench::take;
 
 cuda::DeviceBuffer alloc(std::uint64_t bytes) { return take(cuda::DeviceBuffer::allocate(std::max<std::uint64_t>(bytes, 256)), "allocate"); }
 
@@ -281,27 +258,6 @@ void build(Step& S, const kd::ModelConfig& model, const Storage& st, std::uint64
   CUDA_CHECK(cudaMemset(S.fallback.data(), 0, 8));
 }
 
-double time_us(int warm, int reps, const std::function<void()>& fn, cudaStream_t s) {
-  for (int i = 0; i < warm; ++i) fn();
-  cudaEvent_t a, b;
-  CUDA_CHECK(cudaEventCreate(&a));
-  CUDA_CHECK(cudaEventCreate(&b));
-  std::vector<float> v;
-  for (int i = 0; i < reps; ++i) {
-    CUDA_CHECK(cudaEventRecord(a, s));
-    fn();
-    CUDA_CHECK(cudaEventRecord(b, s));
-    CUDA_CHECK(cudaEventSynchronize(b));
-    float ms = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
-    v.push_back(ms * 1000.0f);
-  }
-  CUDA_CHECK(cudaEventDestroy(a));
-  CUDA_CHECK(cudaEventDestroy(b));
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
 // Median of a captured CUDA graph of the whole step; -1 if capture is not possible.
 double graph_us(Step& S, cudaStream_t s, int reps) {
   cudaGraph_t g = nullptr;
@@ -317,7 +273,7 @@ double graph_us(Step& S, cudaStream_t s, int reps) {
     cudaGraphDestroy(g);
     return -1;
   }
-  const double us = time_us(2, reps, [&] { CUDA_CHECK(cudaGraphLaunch(ge, s)); }, s);
+  const double us = bench::median_us(2, reps, [&] { CUDA_CHECK(cudaGraphLaunch(ge, s)); }, s);
   cudaGraphExecDestroy(ge);
   cudaGraphDestroy(g);
   return us;
@@ -343,12 +299,7 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[i], "--quick") == 0) quick = true;
     if (std::strcmp(argv[i], "--no-prefill") == 0) no_prefill = true;
   }
-  if (cuda::device_count() == 0) {
-    std::fprintf(stderr, "no CUDA device\n");
-    return 1;
-  }
-  const auto props = take(cuda::device_properties(0), "device_properties");
-  std::printf("device: %s, %d SMs, %.1f GiB\n", props.name.c_str(), props.multiprocessors, props.global_memory / 1073741824.0);
+  (void)bench::require_device();
   const kd::ModelConfig model = take(kd::preset_config("deepseek-v4-flash"), "preset");
   std::printf("model: %s, %zu layers (%u x ratio 0, %u x 4, %u x 128), %u heads, indexer %u heads, top-%u\n",
               model.name.c_str(), model.compress_ratios.size(), model.count_layers_with_ratio(0),
@@ -359,13 +310,9 @@ int main(int argc, char** argv) {
 
   double copy_gbps = 1.0;
   {
-    const std::uint64_t n = 2ull << 30;
-    cuda::DeviceBuffer src = alloc(n), dst = alloc(n);
-    BENCH_CHECK(src.fill(1));
-    const double us = time_us(2, 7, [&] { CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), n, cudaMemcpyDeviceToDevice, nullptr)); }, nullptr);
-    copy_gbps = 2.0 * n / (us * 1e3);
-    std::printf("copy bandwidth (read+write): %.0f GB/s\n", copy_gbps);
-    if (csv != nullptr) std::fprintf(csv, "copy,-,-,-,%.3f,0,0,0,%llu,0,0\n", us, static_cast<unsigned long long>(2 * n));
+    const bench::CopyBandwidth copy = bench::measure_copy_bandwidth(2ull << 30);
+    copy_gbps = copy.gbps;
+    if (csv != nullptr) std::fprintf(csv, "copy,-,-,-,%.3f,0,0,0,%llu,0,0\n", copy.us, static_cast<unsigned long long>(copy.bytes));
   }
   cudaStream_t stream;
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
@@ -391,9 +338,9 @@ int main(int argc, char** argv) {
       for (std::uint32_t b : batches) {
         Step S;
         build(S, model, st, ctx, b, 0, rng);
-        const double us = time_us(2, reps, [&] { S.enqueue(0, stream); }, stream);
-        const double ius = time_us(1, reps, [&] { S.enqueue(1, stream); }, stream);
-        const double aus = time_us(1, reps, [&] { S.enqueue(2, stream); }, stream);
+        const double us = bench::median_us(2, reps, [&] { S.enqueue(0, stream); }, stream);
+        const double ius = bench::median_us(1, reps, [&] { S.enqueue(1, stream); }, stream);
+        const double aus = bench::median_us(1, reps, [&] { S.enqueue(2, stream); }, stream);
         const double gus = graph_us(S, stream, reps);
         unsigned long long fb = 0;
         CUDA_CHECK(cudaMemcpy(&fb, S.fallback.data(), 8, cudaMemcpyDeviceToHost));
@@ -417,9 +364,9 @@ int main(int argc, char** argv) {
     for (const Storage& st : storages) {
       Step S;
       build(S, model, st, 65536, 1, 4096, rng);
-      const double us = time_us(1, 2, [&] { S.enqueue(0, stream); }, stream);
-      const double ius = time_us(0, 1, [&] { S.enqueue(1, stream); }, stream);
-      const double aus = time_us(0, 1, [&] { S.enqueue(2, stream); }, stream);
+      const double us = bench::median_us(1, 2, [&] { S.enqueue(0, stream); }, stream);
+      const double ius = bench::median_us(0, 1, [&] { S.enqueue(1, stream); }, stream);
+      const double aus = bench::median_us(0, 1, [&] { S.enqueue(2, stream); }, stream);
       std::printf("%-10s prefill 4096 tokens: %.0f us (indexer %.0f, attention %.0f), %.0f tokens/s\n", st.name, us, ius,
                   aus, 4096.0 / (us * 1e-6));
       if (csv != nullptr) {

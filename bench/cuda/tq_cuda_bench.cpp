@@ -57,27 +57,16 @@ int main(int argc, char** argv) {
       if (c.mode == mode && c.batch == batch && c.ctx == ctx) return true;
     return false;
   };
-  if (cuda::device_count() == 0) {
-    std::fprintf(stderr, "no CUDA device\n");
-    return 1;
-  }
-  const auto props = take(cuda::device_properties(0), "device_properties");
-  std::printf("device: %s, %d SMs, %.1f GiB, L2 %.0f MiB\n", props.name.c_str(), props.multiprocessors,
-              props.global_memory / 1073741824.0, props.l2_bytes / 1048576.0);
+  const cuda::DeviceProperties props = bench::require_device();
   FILE* csv = csv_path.empty() ? nullptr : std::fopen(csv_path.c_str(), "w");
   if (csv != nullptr) std::fprintf(csv, "kind,mode,batch,context,us,bytes,gbps,bf16_bytes,splits\n");
 
   // Roofline: device-to-device copy of 4 GiB, counting bytes read + written.
   double copy_gbps = 1.0;
   if (!only) {
-    const std::uint64_t n = 4ull << 30;
-    auto src = take(cuda::DeviceBuffer::allocate(n), "allocate copy src");
-    auto dst = take(cuda::DeviceBuffer::allocate(n), "allocate copy dst");
-    BENCH_CHECK(src.fill(1));
-    const double us = median_us(2, 10, [&](int) { CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), n, cudaMemcpyDeviceToDevice)); });
-    copy_gbps = 2.0 * n / (us * 1e3);
-    std::printf("copy bandwidth (read+write): %.0f GB/s\n", copy_gbps);
-    if (csv != nullptr) std::fprintf(csv, "copy,-,-,-,%.3f,%llu,%.1f,0,0\n", us, static_cast<unsigned long long>(2 * n), copy_gbps);
+    const bench::CopyBandwidth copy = bench::measure_copy_bandwidth(4ull << 30);
+    copy_gbps = copy.gbps;
+    if (csv != nullptr) std::fprintf(csv, "copy,-,-,-,%.3f,%llu,%.1f,0,0\n", copy.us, static_cast<unsigned long long>(copy.bytes), copy_gbps);
   }
 
   const std::uint32_t head_dim = 128, kv_heads = 8, q_heads = 32;

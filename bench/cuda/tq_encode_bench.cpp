@@ -43,25 +43,15 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[i], "--csv") == 0 && i + 1 < argc) csv_path = argv[++i];
     if (std::strcmp(argv[i], "--quick") == 0) quick = true;
   }
-  if (cuda::device_count() == 0) {
-    std::fprintf(stderr, "no CUDA device\n");
-    return 1;
-  }
-  const auto props = take(cuda::device_properties(0), "device_properties");
-  std::printf("device: %s, %d SMs\n", props.name.c_str(), props.multiprocessors);
+  (void)bench::require_device();
   FILE* csv = csv_path.empty() ? nullptr : std::fopen(csv_path.c_str(), "w");
   if (csv != nullptr) std::fprintf(csv, "kernel,mode,head_dim,dtype,rows,kv_heads,us,bytes,gbps,pct_copy\n");
 
   double copy_gbps = 1.0;
   {
-    const std::uint64_t n = 2ull << 30;
-    auto src = take(cuda::DeviceBuffer::allocate(n), "allocate copy src");
-    auto dst = take(cuda::DeviceBuffer::allocate(n), "allocate copy dst");
-    BENCH_CHECK(src.fill(1));
-    const double us = median_us(2, 10, [&] { CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), n, cudaMemcpyDeviceToDevice)); });
-    copy_gbps = 2.0 * n / (us * 1e3);
-    std::printf("copy bandwidth (read+write): %.0f GB/s\n", copy_gbps);
-    if (csv != nullptr) std::fprintf(csv, "copy,-,0,-,0,0,%.3f,%llu,%.1f,100\n", us, static_cast<unsigned long long>(2 * n), copy_gbps);
+    const bench::CopyBandwidth copy = bench::measure_copy_bandwidth(2ull << 30);
+    copy_gbps = copy.gbps;
+    if (csv != nullptr) std::fprintf(csv, "copy,-,0,-,0,0,%.3f,%llu,%.1f,100\n", copy.us, static_cast<unsigned long long>(copy.bytes), copy_gbps);
   }
 
   struct Mode {

@@ -49,12 +49,7 @@ int main(int argc, char** argv) {
     }
   }
   const bool only = !only_mode.empty();
-  if (cuda::device_count() == 0) {
-    std::fprintf(stderr, "no CUDA device\n");
-    return 1;
-  }
-  const auto props = take(cuda::device_properties(0), "device_properties");
-  std::printf("device: %s, %d SMs\n", props.name.c_str(), props.multiprocessors);
+  const cuda::DeviceProperties props = bench::require_device();
   FILE* csv = csv_path.empty() ? nullptr : std::fopen(csv_path.c_str(), "w");
   if (csv != nullptr) std::fprintf(csv, "kind,mode,precision,context,chunk,us,tflops,kv_bytes\n");
 
