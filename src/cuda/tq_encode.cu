@@ -214,6 +214,23 @@ __device__ __noinline__ float divide_f64(float x, double norm) {
   return __double2float_rn(__ddiv_rn(static_cast<double>(x), norm));
 }
 
+// x / ‖x‖ as x·(rh + rl) with r = RN(1/‖x‖) as the float-float (rh, rl): the value, and whether it is the
+// CPU's float64 division rounded to float. The estimate ± δ (δ = 2⁻⁴²|p|, ≈ 10× its error bound) rounds to
+// the same float, so no rounding boundary lies near x/‖x‖ — unless the product is tiny (subnormal range).
+struct CheckedQuotient {
+  float value;
+  bool exact;
+};
+__device__ __forceinline__ CheckedQuotient checked_quotient(float x, float rh, float rl) {
+  const float pr = __fmul_rn(x, rh);
+  const float er = __fmaf_rn(x, rh, -pr);
+  const float tt = __fmaf_rn(x, rl, er);
+  const float dl = __fmul_rn(fabsf(pr), 0x1p-42f);
+  const float ya = __fadd_rn(pr, __fadd_rn(tt, dl));
+  const float yb = __fadd_rn(pr, __fsub_rn(tt, dl));
+  return {ya, ya == yb && !(fabsf(pr) < 0x1p-100f && x != 0.0f)};
+}
+
 template <unsigned DT>
 struct RawOf {
   static constexpr unsigned kVecs = DT == 0 ? 8 : 4;  // uint4 per lane per row
@@ -313,14 +330,8 @@ __device__ __noinline__ Row32 divide_exact(const uint4* cur, const uint4* masks,
 #pragma unroll
   for (unsigned m = 0; m < 32; ++m) {
     const float x = signed_value<DT>(raw, pm, m);
-    const float pr = __fmul_rn(x, rh);
-    const float er = __fmaf_rn(x, rh, -pr);
-    const float tt = __fmaf_rn(x, rl, er);
-    const float dl = __fmul_rn(fabsf(pr), 0x1p-42f);
-    const float ya = __fadd_rn(pr, __fadd_rn(tt, dl));
-    const float yb = __fadd_rn(pr, __fsub_rn(tt, dl));
-    const bool ok = fast_div && ya == yb && !(fabsf(pr) < 0x1p-100f && x != 0.0f);
-    out.v[m] = ok ? ya : divide_f64(x, norm);
+    const CheckedQuotient q = checked_quotient(x, rh, rl);
+    out.v[m] = fast_div && q.exact ? q.value : divide_f64(x, norm);
   }
   return out;
 }
@@ -588,9 +599,8 @@ __global__ void __launch_bounds__(kEncodeFastWarps * 32, 2) encode_fast_kernel(E
     const bool good = finite && !overflow && norm != 0.0;
     if (valid && t == 0 && p.status != nullptr && (!finite || overflow)) atomicOr(p.status, !finite ? 1u : 2u);
 
-    // y = float(x / ‖x‖) (float64 division on the CPU). Fast form: x·(r_hi + r_lo) with r = RN(1/‖x‖) as a
-    // float-float; yA, yB round the estimate ± δ (δ = 2⁻⁴²|p|, ≈ 10× its error bound): when they agree, no
-    // float rounding boundary lies near x/‖x‖, so both roundings of the CPU give yA (docs/cuda-encode.md).
+    // y = float(x / ‖x‖) (float64 division on the CPU): checked_quotient's float-float form, the float64
+    // division for the rare coordinates whose check fails (docs/cuda-encode.md).
     const bool fast_div = norm >= 0x1p-60 && norm <= 0x1p60;
     float rh = 0.0f, rl = 0.0f;
     bool slow = false;
@@ -600,15 +610,9 @@ __global__ void __launch_bounds__(kEncodeFastWarps * 32, 2) encode_fast_kernel(E
       rl = __double2float_rn(__dsub_rn(rcp, static_cast<double>(rh)));
 #pragma unroll
       for (unsigned m = 0; m < 32; ++m) {
-        const float x = y[m];
-        const float pr = __fmul_rn(x, rh);
-        const float er = __fmaf_rn(x, rh, -pr);
-        const float tt = __fmaf_rn(x, rl, er);
-        const float dl = __fmul_rn(fabsf(pr), 0x1p-42f);
-        const float ya = __fadd_rn(pr, __fadd_rn(tt, dl));
-        const float yb = __fadd_rn(pr, __fsub_rn(tt, dl));
-        slow = slow || (ya != yb) || (fabsf(pr) < 0x1p-100f && x != 0.0f);
-        y[m] = ya;
+        const CheckedQuotient q = checked_quotient(y[m], rh, rl);
+        slow = slow || !q.exact;
+        y[m] = q.value;
       }
     } else {
       slow = good;  // a norm outside [2^-60, 2^60]: every coordinate by the float64 division
