@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Profile of the DeepSeek-V4 kernels of one decode case on the GPU machine: builds the DeepSeek-V4 benchmark,
+# runs the case once (times, and whether any indexer row took the scalar path), then Nsight Compute on one
+# launch of each kernel named in KERNELS (speed of light, warp stalls, occupancy, per-instruction SASS stall
+# samples as <kernel>_sass.csv.gz). Results in $OUT.
+# Usage: scripts/gpu/profile_dsv4.sh [STORAGE BATCH CONTEXT]   (default: bf16 8 1048576)
+# Env: TAG (suffix of the output names), KERNELS (regexes, default "score_kernel attention_split_kernel"), BUILD, PROFILE_TIMEOUT (s per kernel).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT="${OUT:-$PWD/out}"
+mkdir -p "$OUT"
+CASE=(bf16 8 1048576)
+[ $# -gt 0 ] && CASE=("$@")
+BUILD="${BUILD:-build-gpu}"
+EXTRA=()
+if [ -d .deps/usr ]; then
+  EXTRA+=("-DCMAKE_PREFIX_PATH=$PWD/.deps/usr")
+  export LD_LIBRARY_PATH="$PWD/.deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
+fi
+t0=$(date +%s)
+cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DKVCOMPACT_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a \
+  -DKVCOMPACT_BUILD_BENCH=OFF "${EXTRA[@]}" > "$OUT/profile_build.log" 2>&1 || { tail -30 "$OUT/profile_build.log"; exit 1; }
+cmake --build "$BUILD" -j16 --target kvcompact_cuda_dsv4_decode_bench >> "$OUT/profile_build.log" 2>&1 \
+  || { grep -E "error" -A3 "$OUT/profile_build.log" | head -40; exit 1; }
+echo "build: $(( $(date +%s) - t0 )) s"
+BIN="$BUILD/src/cuda/bench/kvcompact_cuda_dsv4_decode_bench"
+"$BIN" --only "${CASE[@]}" 2>&1 | tail -4
+for k in ${KERNELS:-score_kernel attention_split_kernel}; do
+  echo "== ncu: $k, ${CASE[*]}"
+  timeout "${PROFILE_TIMEOUT:-150}" ncu --clock-control none -k "regex:$k" --launch-skip 2 --launch-count 1 \
+    --section SpeedOfLight --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
+    --section WarpStateStats --section Occupancy --section LaunchStats --section SourceCounters \
+    --section InstructionStats --section SchedulerStats --import-source no -o "$OUT/$k${TAG:-}" \
+    "$BIN" --only "${CASE[@]}" > "$OUT/ncu_$k${TAG:-}.txt" 2>&1
+  echo "ncu exit code: $?"
+  if [ -f "$OUT/$k${TAG:-}.ncu-rep" ]; then
+    ncu -i "$OUT/$k${TAG:-}.ncu-rep" --page details >> "$OUT/ncu_$k${TAG:-}.txt" 2>&1
+    ncu -i "$OUT/$k${TAG:-}.ncu-rep" --page source --csv --print-source sass 2> /dev/null | gzip > "$OUT/${k}${TAG:-}_sass.csv.gz"
+    rm -f "$OUT/$k${TAG:-}.ncu-rep"
+  fi
+  grep -E "Duration|Memory Throughput|DRAM Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Registers Per|Issue Slots Busy|Executed Ipc Active|Stall|Warp Cycles Per Issued|Theoretical Occupancy|Block Limit|Grid Size|Dynamic Shared" "$OUT/ncu_$k${TAG:-}.txt" | head -40
+done
