@@ -4,6 +4,7 @@
 // two, so every q_h . k_s is exact in int32 here and exact in the CPU's float32 sums; the head sum then runs
 // in the CPU's order with IEEE round-to-nearest multiplies and adds (no FMA contraction). Rows or queries
 // that are not on such a grid take an exact scalar emulation of the CPU's arithmetic instead.
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -163,13 +164,18 @@ __device__ float cpu_dot128_row(const float* a, const std::uint8_t* row, std::ui
 }
 
 constexpr unsigned kKiStride = 144;  // bytes per key row in shared memory (conflict-free B fragments)
-constexpr unsigned kPStride = kScoreTileRows + 1;
+// Row stride of the per-head products: each lane stores its two adjacent rows as one 8-byte value, and a stride
+// of 72 floats (36 eight-byte words, 4 mod 16) puts the 16 lanes of each half-warp on distinct bank pairs.
+constexpr unsigned kPStride = kScoreTileRows + 8;
 constexpr unsigned kRawBf16Stride = 272;  // raw BF16 rows in shared memory: 256 B + 16 (conflict-free 16-B reads)
 constexpr unsigned kRawBytes = kScoreTileRows * kRawBf16Stride;  // per buffer; FP8 / MXFP4 tiles are smaller
 
+// The int8 key rows of a tile (64 x kKiStride bytes) are written over the tile's own raw buffer once every
+// thread has its raw values in registers; that keeps a block under 56 KB, so four blocks (16 warps) fit on a
+// multiprocessor (the registers allow four as well).
+static_assert(kScoreTileRows * kKiStride <= kRawBytes);
 struct ScoreSmem {
   std::uint8_t raw[2][kRawBytes];
-  std::uint8_t ki[kScoreTileRows * kKiStride];
   float ps[kIndexerMaxHeads * kPStride];
   int fk[kScoreTileRows];
   int flagged[kScoreTileRows];  // rows of the tile that take the exact scalar path
@@ -210,7 +216,12 @@ __device__ __forceinline__ void stage_tile(std::uint8_t* dst, const std::uint8_t
 }
 
 // 64 floats of one thread to integers at the row's exponent f = floor(log2(amax)) - 6 (|code| < 128); ok is
-// cleared when a value is not an integer there (off the grid), not finite, or f out of range.
+// cleared when a value is not code * 2^f exactly (off the grid, or not finite) or f is out of range.
+// Branch-free and without conversion instructions: |x * 2^-f| < 128, so fl(x * 2^-f + 1.5 * 2^23) holds the
+// nearest integer in its low bits (the code is the low byte of the sum's bits, two's complement), and
+// code * 2^f - x, one fused multiply-add, is exactly zero iff x is on the grid (a nonzero difference of two
+// floats is a multiple of 2^-149 and never rounds to zero). The residues are OR-ed: a single nonzero one (or a
+// NaN) flags the row. Equivalent to checking that fl(x * 2^-f) is an integer that is zero only for x = 0.
 __device__ __forceinline__ int float_codes(const float (&v)[64], std::uint32_t (&packed)[16], bool& ok) {
   float amax = 0.0f;
 #pragma unroll
@@ -223,21 +234,63 @@ __device__ __forceinline__ int float_codes(const float (&v)[64], std::uint32_t (
     f = static_cast<int>(ex) - 127 - 6;
   }
   ok = ok && f >= -126 && f <= 100;
-  const float sc = pow2f(min(max(-f, -126), 127));
+  const float down = pow2f(min(max(-f, -126), 127)), up = pow2f(min(max(f, -126), 127));
+  constexpr float kMagic = 12582912.0f;  // 1.5 * 2^23: integers below 2^22 in magnitude sit in its low bits
+  std::uint32_t residue = 0;
 #pragma unroll
   for (int k = 0; k < 16; ++k) {
-    std::uint32_t w = 0;
+    std::uint32_t sum[4];
 #pragma unroll
     for (int b = 0; b < 4; ++b) {
       const float x = v[4 * k + b];
-      const float r = __fmul_rn(x, sc);
-      const int i = __float2int_rn(r);
-      ok = ok && __int2float_rn(i) == r && ((x == 0.0f) == (r == 0.0f));
-      w |= (static_cast<std::uint32_t>(i) & 0xFFu) << (8 * b);
+      const float t = __fmaf_rn(x, down, kMagic);
+      const float code = __fsub_rn(t, kMagic);
+      residue |= __float_as_uint(__fmaf_rn(code, up, -x));
+      sum[b] = __float_as_uint(t);
     }
-    packed[k] = w;
+    packed[k] = __byte_perm(__byte_perm(sum[0], sum[1], 0x0040u), __byte_perm(sum[2], sum[3], 0x0040u), 0x5410u);
   }
+  ok = ok && (residue << 1) == 0u;  // -0 residues are fine
   return f;
+}
+
+// Two e4m3 codes (the low 16 bits of pair) as floats, exactly (e4m3 values are fp16 values; NaN stays NaN).
+__device__ __forceinline__ float2 e4m3x2_to_float2(std::uint32_t pair) {
+  std::uint32_t h2;
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h2) : "h"(static_cast<unsigned short>(pair & 0xFFFFu)));
+  return __half22float2(*reinterpret_cast<const __half2*>(&h2));
+}
+
+// 32 MXFP4 values (4 words of 8 nibbles, value 8k + b in nibble b of word k) of one block as int8 codes
+// (2 |e2m1| << shift, signed) into packed[0..8), four codes per word: a byte permute looks up four magnitudes
+// in the shifted table of 2 |e2m1| = {0, 1, 2, 3, 4, 6, 8, 12}, a second the negated table, a third picks per
+// value by its sign bit. Returns whether every code is exact (|code| <= 127): with shift s the largest index
+// allowed is 7 (s <= 3), 5 (s = 4), 3, 1, 0 (s >= 7, or s < 0: a block below the row's smallest exponent
+// holds zeros only). A table entry that overflows its byte spills into the next, larger entry, which is then
+// not allowed either, so an allowed row never reads a spoiled entry.
+__device__ __forceinline__ bool mxfp4_block_codes(const std::uint32_t* wd, int shift, std::uint32_t* packed) {
+  const unsigned s = static_cast<unsigned>(min(max(shift, 0), 7));
+  const std::uint32_t t0 = 0x03020100u << s, t1 = 0x0C080604u << s;
+  const std::uint32_t n0 = ((~t0) & 0xFFFFFF00u) + 0x01010100u, n1 = ~t1 + 0x01010101u;  // -t per byte; -0 = 0
+  std::uint32_t any_index = 0, any_six_seven = 0;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const std::uint32_t w = wd[k];
+    any_index |= w;
+    any_six_seven |= w & (w << 1);  // bit 2 of a nibble: index bits 2 and 1 both set (6 or 7)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const std::uint32_t nib4 = w >> (16 * h);  // four nibbles in the low 16 bits
+      const std::uint32_t index = nib4 & 0x7777u;
+      const std::uint32_t pos = __byte_perm(t0, t1, index), neg = __byte_perm(n0, n1, index);
+      packed[2 * k + h] = __byte_perm(pos, neg, 0x3210u | ((nib4 >> 1) & 0x4444u));
+    }
+  }
+  if (shift >= 0 && shift <= 3) return true;
+  if (shift == 4) return (any_six_seven & 0x44444444u) == 0;
+  if (shift == 5) return (any_index & 0x44444444u) == 0;
+  if (shift == 6) return (any_index & 0x66666666u) == 0;
+  return (any_index & 0x77777777u) == 0;
 }
 
 // Block: 4 warps (warp w: heads 16w .. 16w + 15); tiles of 64 key rows of one token, raw bytes double-buffered
@@ -325,23 +378,8 @@ __global__ void __launch_bounds__(kScoreThreads) score_kernel(ScoreParams p) {
         f = zero_row ? 0 : emin - 128;  // value = e2m1 x 2^(e - 127) = (2 e2m1) x 2^(e - 128)
         ok = f >= -126 && f <= 100;
         const int sh0 = zero_row ? 0 : e0 - emin, sh1 = zero_row ? 0 : e1 - emin;
-#pragma unroll
-        for (int k = 0; k < 8; ++k) {
-          const int sh = k < 4 ? sh0 : sh1;
-          std::uint32_t lo = 0, hi = 0;
-#pragma unroll
-          for (int b = 0; b < 8; ++b) {
-            const std::uint32_t nib = (wd[k] >> (4 * b)) & 0xFu;
-            const std::uint32_t mag = __byte_perm(0x03020100u, 0x0C080604u, nib & 7u) & 0xFFu;
-            int iv = static_cast<int>(mag) << min(max(sh, 0), 8);
-            ok = ok && (mag == 0 || (sh >= 0 && sh <= 7 && iv <= 127));
-            if (nib & 8u) iv = -iv;
-            if (b < 4) lo |= (static_cast<std::uint32_t>(iv) & 0xFFu) << (8 * b);
-            else hi |= (static_cast<std::uint32_t>(iv) & 0xFFu) << (8 * (b - 4));
-          }
-          packed[2 * k] = lo;
-          packed[2 * k + 1] = hi;
-        }
+        const bool exact0 = mxfp4_block_codes(wd, sh0, packed), exact1 = mxfp4_block_codes(wd + 4, sh1, packed + 8);
+        ok = ok && exact0 && exact1;
       } else {
         float v[64];
         if (p.storage == kIdxBf16) {
@@ -362,8 +400,11 @@ __global__ void __launch_bounds__(kScoreThreads) score_kernel(ScoreParams p) {
 #pragma unroll
           for (int k = 0; k < 16; ++k) {
             const std::uint32_t wd = r < nrows ? *reinterpret_cast<const std::uint32_t*>(rr + half * 64 + 4 * k) : 0u;
-#pragma unroll
-            for (int b = 0; b < 4; ++b) v[4 * k + b] = __fmul_rn(e4m3_to_f32((wd >> (8 * b)) & 0xFFu), scale);
+            const float2 lo = e4m3x2_to_float2(wd), hi = e4m3x2_to_float2(wd >> 16);
+            v[4 * k + 0] = __fmul_rn(lo.x, scale);
+            v[4 * k + 1] = __fmul_rn(lo.y, scale);
+            v[4 * k + 2] = __fmul_rn(hi.x, scale);
+            v[4 * k + 3] = __fmul_rn(hi.y, scale);
           }
         }
         f = float_codes(v, packed, ok);
@@ -373,8 +414,10 @@ __global__ void __launch_bounds__(kScoreThreads) score_kernel(ScoreParams p) {
       ok = ok && partner_ok;
       // Exactness of I * 2^fq * 2^fk (see the file comment): products above 2^-149, results below 2^121.
       ok = ok && fq_min + f >= -149 && fq_max + f <= 100;
+      __syncthreads();  // every raw row is in registers: the int8 rows may now overwrite the raw buffer
+      std::uint8_t* ki = sm.raw[buf];
 #pragma unroll
-      for (int k = 0; k < 16; ++k) *reinterpret_cast<std::uint32_t*>(sm.ki + r * kKiStride + half * 64 + 4 * k) = packed[k];
+      for (int k = 0; k < 16; ++k) *reinterpret_cast<std::uint32_t*>(ki + r * kKiStride + half * 64 + 4 * k) = packed[k];
       if (half == 0) {
         sm.fk[r] = f;
         if (r < nrows && !(q_ok && ok)) sm.flagged[atomicAdd(&sm.nflagged, 1)] = static_cast<int>(r);
@@ -385,23 +428,23 @@ __global__ void __launch_bounds__(kScoreThreads) score_kernel(ScoreParams p) {
 #pragma unroll 2
     for (unsigned ng = 0; ng < kScoreTileRows / 8; ++ng) {
       int acc[4] = {0, 0, 0, 0};
-      const std::uint8_t* kb = sm.ki + (ng * 8 + g) * kKiStride + tig * 4;
+      const std::uint8_t* kb = sm.raw[buf] + (ng * 8 + g) * kKiStride + tig * 4;  // the int8 rows (see ScoreSmem)
 #pragma unroll
       for (int ks = 0; ks < 4; ++ks) {
         const std::uint32_t b0 = *reinterpret_cast<const std::uint32_t*>(kb + ks * 32);
         const std::uint32_t b1 = *reinterpret_cast<const std::uint32_t*>(kb + ks * 32 + 16);
         mma_s8(acc, a[ks], b0, b1);
       }
-      const unsigned ra = ng * 8 + tig * 2, rb = ra + 1;
+      const unsigned ra = ng * 8 + tig * 2, rb = ra + 1;  // ra even: the float2 stores below are aligned
       const float ska = pow2f(min(max(sm.fk[ra], -126), 127)), skb = pow2f(min(max(sm.fk[rb], -126), 127));
       const float d0 = __fmul_rn(__fmul_rn(static_cast<float>(acc[0]), sqa), ska);
       const float d1 = __fmul_rn(__fmul_rn(static_cast<float>(acc[1]), sqa), skb);
       const float d2 = __fmul_rn(__fmul_rn(static_cast<float>(acc[2]), sqb), ska);
       const float d3 = __fmul_rn(__fmul_rn(static_cast<float>(acc[3]), sqb), skb);
-      sm.ps[ha * kPStride + ra] = __fmul_rn(wa, d0 < 0.0f ? 0.0f : d0);
-      sm.ps[ha * kPStride + rb] = __fmul_rn(wa, d1 < 0.0f ? 0.0f : d1);
-      sm.ps[hb * kPStride + ra] = __fmul_rn(wb, d2 < 0.0f ? 0.0f : d2);
-      sm.ps[hb * kPStride + rb] = __fmul_rn(wb, d3 < 0.0f ? 0.0f : d3);
+      *reinterpret_cast<float2*>(&sm.ps[ha * kPStride + ra]) =
+          make_float2(__fmul_rn(wa, d0 < 0.0f ? 0.0f : d0), __fmul_rn(wa, d1 < 0.0f ? 0.0f : d1));
+      *reinterpret_cast<float2*>(&sm.ps[hb * kPStride + ra]) =
+          make_float2(__fmul_rn(wb, d2 < 0.0f ? 0.0f : d2), __fmul_rn(wb, d3 < 0.0f ? 0.0f : d3));
     }
     __syncthreads();
     // ---- exact scalar path for rows (or a query) off the integer grid: the CPU's own arithmetic.
@@ -450,8 +493,13 @@ cudaError_t launch_prepare_queries(const PrepareParams& p, cudaStream_t stream) 
   return cudaGetLastError();
 }
 
-cudaError_t prepare_indexer_scores() {
-  return cudaFuncSetAttribute(score_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(sizeof(ScoreSmem)));
+ScoreKernelInfo prepare_indexer_scores() {
+  ScoreKernelInfo info;
+  info.error = cudaFuncSetAttribute(score_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(sizeof(ScoreSmem)));
+  if (info.error == cudaSuccess) {
+    info.error = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&info.blocks_per_sm, score_kernel, kScoreThreads, sizeof(ScoreSmem));
+  }
+  return info;
 }
 
 cudaError_t launch_indexer_scores(const ScoreParams& p, cudaStream_t stream) {

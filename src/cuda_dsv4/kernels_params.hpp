@@ -73,7 +73,11 @@ struct ScoreParams {
   unsigned long long* fallback_rows;  // optional counter of rows scored by the exact scalar path
   std::uint32_t count, heads, storage, row_bytes, score_stride, blocks_per_token;
 };
-cudaError_t prepare_indexer_scores();
+struct ScoreKernelInfo {
+  cudaError_t error = cudaSuccess;
+  int blocks_per_sm = 0;  // resident score blocks per multiprocessor (registers and shared memory)
+};
+ScoreKernelInfo prepare_indexer_scores();  // sets the kernel's shared-memory limit, reads its occupancy
 cudaError_t launch_indexer_scores(const ScoreParams& p, cudaStream_t stream);
 
 // ---- top-k --------------------------------------------------------------------------------------------
