@@ -4,7 +4,7 @@
 # launch of each kernel named in KERNELS (speed of light, warp stalls, occupancy, per-instruction SASS stall
 # samples as <kernel>_sass.csv.gz). Results in $OUT.
 # Usage: scripts/gpu/profile_dsv4.sh [STORAGE BATCH CONTEXT]   (default: bf16 8 1048576)
-# Env: TAG (suffix of the output names), KERNELS (regexes, default "score_kernel attention_split_kernel"), BUILD, PROFILE_TIMEOUT (s per kernel).
+# Env: BREAKDOWN=1 (first: time per kernel of one step), TAG (suffix of the output names), KERNELS (none: "") (regexes, default "score_kernel attention_split_kernel"), BUILD, PROFILE_TIMEOUT (s per kernel).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT="${OUT:-$PWD/out}"
@@ -25,7 +25,32 @@ cmake --build "$BUILD" -j16 --target kvcompact_cuda_dsv4_decode_bench >> "$OUT/p
 echo "build: $(( $(date +%s) - t0 )) s"
 BIN="$BUILD/src/cuda/bench/kvcompact_cuda_dsv4_decode_bench"
 "$BIN" --only "${CASE[@]}" 2>&1 | tail -4
-for k in ${KERNELS:-score_kernel attention_split_kernel}; do
+if [ "${BREAKDOWN:-0}" = 1 ]; then
+  # Time per kernel of one decode step: the first two steps the benchmark enqueues (its warm-up), each kernel
+  # timed alone by Nsight Compute (gpu__time_duration), summed per kernel name and divided by 2.
+  echo "== per-kernel breakdown of one step, ${CASE[*]}"
+  timeout "${PROFILE_TIMEOUT:-150}" ncu --clock-control none --metrics gpu__time_duration.sum --csv \
+    --launch-count "${STEP_KERNELS:-340}" "$BIN" --only "${CASE[@]}" > "$OUT/breakdown${TAG:-}.csv" 2> /dev/null
+  python3 - "$OUT/breakdown${TAG:-}.csv" <<'PY'
+import csv, sys, collections
+rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
+head = next(r for r in rows if "Kernel Name" in r)
+k, v, u = head.index("Kernel Name"), head.index("Metric Value"), head.index("Metric Unit")
+tot, cnt = collections.Counter(), collections.Counter()
+for r in rows:
+    if r[k] == "Kernel Name":
+        continue
+    name = r[k].split("(")[0].split("::")[-1]
+    scale = {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3}[r[u]]
+    tot[name] += float(r[v].replace(",", "")) * scale
+    cnt[name] += 1
+all_us = sum(tot.values()) / 2
+for name, t in tot.most_common():
+    print(f"{name:<28} {cnt[name] / 2:6.0f} launches {t / 2:10.1f} us  {100 * t / 2 / all_us:5.1f} %")
+print(f"{'sum of kernel times':<28} {sum(cnt.values()) / 2:6.0f} launches {all_us:10.1f} us")
+PY
+fi
+for k in ${KERNELS-score_kernel attention_split_kernel}; do
   echo "== ncu: $k, ${CASE[*]}"
   timeout "${PROFILE_TIMEOUT:-150}" ncu --clock-control none -k "regex:$k" --launch-skip 2 --launch-count 1 \
     --section SpeedOfLight --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \

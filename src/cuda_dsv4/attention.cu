@@ -80,11 +80,26 @@ __global__ void __launch_bounds__(kAttnThreads, 1) attention_split_kernel(Attent
   }
   const std::uint32_t r_end = min(n, r_begin + p.split_rows);
 
+  // The block's query (up to 64 heads x 512 floats = 128 KB): every load of a thread is issued before the first
+  // conversion, so the block waits one memory latency for it, not one per loop trip (at batch 1 a block often
+  // has a single row tile, and a serial loop of 32 L2 round trips took longer than the tile itself).
   const float* qsrc = p.q + (static_cast<std::uint64_t>(token) * p.heads + h0) * kHeadDim;
-  for (unsigned i = tid; i < nh * kHeadDim / 2; i += kAttnThreads) {
-    const unsigned h = (2 * i) / kHeadDim, c = (2 * i) % kHeadDim;
-    const float2 v = *reinterpret_cast<const float2*>(qsrc + h * kHeadDim + c);
-    *reinterpret_cast<std::uint32_t*>(&sm.q[h * kQStride + c]) = pack_half2(v.x, v.y);
+  {
+    constexpr unsigned kQPer = kAttnBlockHeads * kHeadDim / 4 / kAttnThreads;  // 16 float4 per thread
+    float4 qv[kQPer];
+#pragma unroll
+    for (unsigned j = 0; j < kQPer; ++j) {
+      const unsigned i = j * kAttnThreads + tid;
+      qv[j] = i < nh * kHeadDim / 4 ? __ldg(reinterpret_cast<const float4*>(qsrc) + i) : make_float4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (unsigned j = 0; j < kQPer; ++j) {
+      const unsigned i = j * kAttnThreads + tid, h = (4 * i) / kHeadDim, c = (4 * i) % kHeadDim;
+      if (i < nh * kHeadDim / 4) {
+        *reinterpret_cast<uint2*>(&sm.q[h * kQStride + c]) =
+            make_uint2(pack_half2(qv[j].x, qv[j].y), pack_half2(qv[j].z, qv[j].w));
+      }
+    }
   }
   if (tid < kAttnBlockHeads) {
     sm.m[tid] = -INFINITY;

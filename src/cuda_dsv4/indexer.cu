@@ -177,7 +177,7 @@ static_assert(kScoreTileRows * kKiStride <= kRawBytes);
 struct ScoreSmem {
   std::uint8_t raw[2][kRawBytes];
   float ps[kIndexerMaxHeads * kPStride];
-  int fk[kScoreTileRows];
+  float sk[kScoreTileRows];     // 2^fk of each row (its int8 codes' exponent)
   int flagged[kScoreTileRows];  // rows of the tile that take the exact scalar path
   int nflagged;
   int q_ok, fq_min, fq_max;
@@ -324,6 +324,9 @@ __global__ void __launch_bounds__(kScoreThreads) score_kernel(ScoreParams p) {
   __syncthreads();
   if (tid < p.heads) {
     if (qok[tid] == 0) atomicAnd(&sm.q_ok, 0);
+    // The epilogue multiplies by w_h * 2^fq_h, which must be exact (not subnormal, not overflowed).
+    const float wq = __fmul_rn(w[tid], pow2f(min(max(fq[tid], -126), 127)));
+    if (__fmul_rn(wq, pow2f(min(max(-fq[tid], -126), 127))) != w[tid]) atomicAnd(&sm.q_ok, 0);
     atomicMin(&sm.fq_min, fq[tid]);
     atomicMax(&sm.fq_max, fq[tid]);
   }
@@ -338,8 +341,9 @@ __global__ void __launch_bounds__(kScoreThreads) score_kernel(ScoreParams p) {
     a[ks][2] = *reinterpret_cast<const std::uint32_t*>(qi + ha * kIndexerDim + col + 16);
     a[ks][3] = *reinterpret_cast<const std::uint32_t*>(qi + hb * kIndexerDim + col + 16);
   }
-  const float sqa = pow2f(min(max(fq[ha], -126), 127)), sqb = pow2f(min(max(fq[hb], -126), 127));
-  const float wa = ha < p.heads ? w[ha] : 0.0f, wb = hb < p.heads ? w[hb] : 0.0f;
+  // w_h * 2^fq_h of the warp's two heads (exact: checked above, else the whole token takes the scalar path).
+  const float wqa = ha < p.heads ? __fmul_rn(w[ha], pow2f(min(max(fq[ha], -126), 127))) : 0.0f;
+  const float wqb = hb < p.heads ? __fmul_rn(w[hb], pow2f(min(max(fq[hb], -126), 127))) : 0.0f;
   __syncthreads();
   const bool q_ok = sm.q_ok != 0;
   const int fq_min = sm.fq_min, fq_max = sm.fq_max;
@@ -415,11 +419,20 @@ __global__ void __launch_bounds__(kScoreThreads) score_kernel(ScoreParams p) {
       // Exactness of I * 2^fq * 2^fk (see the file comment): products above 2^-149, results below 2^121.
       ok = ok && fq_min + f >= -149 && fq_max + f <= 100;
       __syncthreads();  // every raw row is in registers: the int8 rows may now overwrite the raw buffer
-      std::uint8_t* ki = sm.raw[buf];
+      // Int8 row layout for the MMA: the B fragments of k-step ks are words 8 ks + tig (dims 32 ks + 4 tig ...)
+      // and 8 ks + 4 + tig; they are stored at words 8 tig + 2 ks (+1), so that lane tig reads its eight words
+      // of a row with two 16-byte loads. This thread holds words 16 half .. 16 half + 15.
+      std::uint8_t* ki = sm.raw[buf] + r * kKiStride;
 #pragma unroll
-      for (int k = 0; k < 16; ++k) *reinterpret_cast<std::uint32_t*>(ki + r * kKiStride + half * 64 + 4 * k) = packed[k];
+      for (int ks2 = 0; ks2 < 2; ++ks2) {
+#pragma unroll
+        for (int t = 0; t < 4; ++t) {
+          const unsigned ks = 2 * half + ks2;
+          *reinterpret_cast<uint2*>(ki + 4 * (8 * t + 2 * ks)) = make_uint2(packed[8 * ks2 + t], packed[8 * ks2 + 4 + t]);
+        }
+      }
       if (half == 0) {
-        sm.fk[r] = f;
+        sm.sk[r] = pow2f(min(max(f, -126), 127));
         if (r < nrows && !(q_ok && ok)) sm.flagged[atomicAdd(&sm.nflagged, 1)] = static_cast<int>(r);
       }
     }
@@ -428,23 +441,23 @@ __global__ void __launch_bounds__(kScoreThreads) score_kernel(ScoreParams p) {
 #pragma unroll 2
     for (unsigned ng = 0; ng < kScoreTileRows / 8; ++ng) {
       int acc[4] = {0, 0, 0, 0};
-      const std::uint8_t* kb = sm.raw[buf] + (ng * 8 + g) * kKiStride + tig * 4;  // the int8 rows (see ScoreSmem)
-#pragma unroll
-      for (int ks = 0; ks < 4; ++ks) {
-        const std::uint32_t b0 = *reinterpret_cast<const std::uint32_t*>(kb + ks * 32);
-        const std::uint32_t b1 = *reinterpret_cast<const std::uint32_t*>(kb + ks * 32 + 16);
-        mma_s8(acc, a[ks], b0, b1);
-      }
-      const unsigned ra = ng * 8 + tig * 2, rb = ra + 1;  // ra even: the float2 stores below are aligned
-      const float ska = pow2f(min(max(sm.fk[ra], -126), 127)), skb = pow2f(min(max(sm.fk[rb], -126), 127));
-      const float d0 = __fmul_rn(__fmul_rn(static_cast<float>(acc[0]), sqa), ska);
-      const float d1 = __fmul_rn(__fmul_rn(static_cast<float>(acc[1]), sqa), skb);
-      const float d2 = __fmul_rn(__fmul_rn(static_cast<float>(acc[2]), sqb), ska);
-      const float d3 = __fmul_rn(__fmul_rn(static_cast<float>(acc[3]), sqb), skb);
-      *reinterpret_cast<float2*>(&sm.ps[ha * kPStride + ra]) =
-          make_float2(__fmul_rn(wa, d0 < 0.0f ? 0.0f : d0), __fmul_rn(wa, d1 < 0.0f ? 0.0f : d1));
-      *reinterpret_cast<float2*>(&sm.ps[hb * kPStride + ra]) =
-          make_float2(__fmul_rn(wb, d2 < 0.0f ? 0.0f : d2), __fmul_rn(wb, d3 < 0.0f ? 0.0f : d3));
+      // The int8 rows (see ScoreSmem and the decode's layout): this lane's eight B words of row ng * 8 + g.
+      const std::uint8_t* kb = sm.raw[buf] + (ng * 8 + g) * kKiStride + tig * 32;
+      const uint4 k01 = *reinterpret_cast<const uint4*>(kb), k23 = *reinterpret_cast<const uint4*>(kb + 16);
+      mma_s8(acc, a[0], k01.x, k01.y);
+      mma_s8(acc, a[1], k01.z, k01.w);
+      mma_s8(acc, a[2], k23.x, k23.y);
+      mma_s8(acc, a[3], k23.z, k23.w);
+      // w ReLU(I 2^fq 2^fk) = (w 2^fq) (max(I, 0) 2^fk): the same real product, both factors exact (|I| < 2^21,
+      // fk in [-126, 100], w 2^fq checked), so the one rounding gives the CPU's fl(w * max(dot, 0)) bits.
+      const unsigned ra = ng * 8 + tig * 2;  // even: the float2 accesses are aligned
+      const float2 sk = *reinterpret_cast<const float2*>(&sm.sk[ra]);
+      const float e0 = __fmul_rn(static_cast<float>(max(acc[0], 0)), sk.x);
+      const float e1 = __fmul_rn(static_cast<float>(max(acc[1], 0)), sk.y);
+      const float e2 = __fmul_rn(static_cast<float>(max(acc[2], 0)), sk.x);
+      const float e3 = __fmul_rn(static_cast<float>(max(acc[3], 0)), sk.y);
+      *reinterpret_cast<float2*>(&sm.ps[ha * kPStride + ra]) = make_float2(__fmul_rn(wqa, e0), __fmul_rn(wqa, e1));
+      *reinterpret_cast<float2*>(&sm.ps[hb * kPStride + ra]) = make_float2(__fmul_rn(wqb, e2), __fmul_rn(wqb, e3));
     }
     __syncthreads();
     // ---- exact scalar path for rows (or a query) off the integer grid: the CPU's own arithmetic.
