@@ -280,11 +280,16 @@ __global__ void __launch_bounds__(kAttnThreads, 1) attention_split_kernel(Attent
   }
 }
 
-// One block per (head, token): 128 threads x 4 dims. The splits' maxima and sums are read in parallel into
-// shared memory; warp 0 forms the weights; each thread then sums its dims over the splits.
-__global__ void __launch_bounds__(128) attention_merge_kernel(AttentionParams p) {
+// One block per (head, token): 4 groups of 128 threads, each thread 4 dims. The splits' maxima and sums are read
+// in parallel into shared memory; warp 0 forms the weights; group g then sums its dims over splits g, g + 4, ...
+// with 8 loads in flight, and group 0 adds the other groups' sums. (At batch 1 the grid is only the 64 heads,
+// so the merge is a chain of dependent memory latencies: 128 splits took one thread 32 round trips before.)
+constexpr unsigned kMergeThreads = 512;
+constexpr unsigned kMergeGroups = kMergeThreads / 128;
+__global__ void __launch_bounds__(kMergeThreads) attention_merge_kernel(AttentionParams p) {
   extern __shared__ float wts[];  // [2 * splits]: maxima, then weights; sums
   __shared__ float s_denom;
+  __shared__ float4 partial[kMergeGroups - 1][128];
   const std::uint32_t h = blockIdx.x, token = blockIdx.y;
   const unsigned tid = threadIdx.x;
   const TokenRowsDev d = p.tokens[token];
@@ -293,7 +298,7 @@ __global__ void __launch_bounds__(128) attention_merge_kernel(AttentionParams p)
   const std::uint64_t base = (static_cast<std::uint64_t>(token) * p.heads + h) * p.splits;
   const float sink2 = p.sink != nullptr ? p.sink[h] * 1.4426950408889634f : -INFINITY;
   float* ls = wts + p.splits;
-  for (std::uint32_t s = tid; s < used; s += 128) {
+  for (std::uint32_t s = tid; s < used; s += kMergeThreads) {
     const float2 ml = *reinterpret_cast<const float2*>(p.part_ml + (base + s) * 2);
     wts[s] = ml.x;
     ls[s] = ml.y;
@@ -318,35 +323,41 @@ __global__ void __launch_bounds__(128) attention_merge_kernel(AttentionParams p)
   }
   __syncthreads();
   const float denom = s_denom;
-  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  const unsigned d0 = tid * 4;
-  std::uint32_t s = 0;
-  for (; s + 4 <= used; s += 4) {
-    float4 v[4];
-#pragma unroll
-    for (int k = 0; k < 4; ++k) v[k] = *reinterpret_cast<const float4*>(p.part_o + (base + s + k) * kHeadDim + d0);
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      const float w = wts[s + k];
-      if (w != 0.0f) {
-        acc[0] += w * v[k].x;
-        acc[1] += w * v[k].y;
-        acc[2] += w * v[k].z;
-        acc[3] += w * v[k].w;
-      }
+  const unsigned group = tid / 128, d0 = (tid % 128) * 4;
+  float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  auto add = [&](float w, const float4& v) {
+    if (w != 0.0f) {  // (a split without rows has w = 0)
+      acc.x += w * v.x;
+      acc.y += w * v.y;
+      acc.z += w * v.z;
+      acc.w += w * v.w;
     }
+  };
+  constexpr unsigned kInFlight = 8;
+  std::uint32_t s = group;
+  for (; s + (kInFlight - 1) * kMergeGroups < used; s += kInFlight * kMergeGroups) {
+    float4 v[kInFlight];
+#pragma unroll
+    for (unsigned k = 0; k < kInFlight; ++k) {
+      v[k] = *reinterpret_cast<const float4*>(p.part_o + (base + s + k * kMergeGroups) * kHeadDim + d0);
+    }
+#pragma unroll
+    for (unsigned k = 0; k < kInFlight; ++k) add(wts[s + k * kMergeGroups], v[k]);
   }
-  for (; s < used; ++s) {
-    const float w = wts[s];
-    if (w == 0.0f) continue;
-    const float4 v = *reinterpret_cast<const float4*>(p.part_o + (base + s) * kHeadDim + d0);
-    acc[0] += w * v.x;
-    acc[1] += w * v.y;
-    acc[2] += w * v.z;
-    acc[3] += w * v.w;
+  for (; s < used; s += kMergeGroups) add(wts[s], *reinterpret_cast<const float4*>(p.part_o + (base + s) * kHeadDim + d0));
+  if (group != 0) partial[group - 1][tid % 128] = acc;
+  __syncthreads();
+  if (group != 0) return;
+#pragma unroll
+  for (unsigned g = 0; g + 1 < kMergeGroups; ++g) {
+    const float4 v = partial[g][tid];
+    acc.x += v.x;
+    acc.y += v.y;
+    acc.z += v.z;
+    acc.w += v.w;
   }
   const float inv = denom > 0.0f ? 1.0f / denom : 0.0f;
-  float r[4] = {acc[0] * inv, acc[1] * inv, acc[2] * inv, acc[3] * inv};
+  float r[4] = {acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv};
   if (p.inverse_rope != 0 && d0 >= kHeadDim - 64) {
     // rope.cpp: angle float(float(t) * inv_freq[i]); cos / sin in double rounded to float; inverse rotation.
 #pragma unroll
@@ -379,7 +390,7 @@ cudaError_t launch_attention(const AttentionParams& p, cudaStream_t stream) {
   attention_split_kernel<<<grid, kAttnThreads, sizeof(AttnSmem), stream>>>(p);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return e;
-  attention_merge_kernel<<<dim3(p.heads, p.count), 128, 2 * p.splits * sizeof(float), stream>>>(p);
+  attention_merge_kernel<<<dim3(p.heads, p.count), kMergeThreads, 2 * p.splits * sizeof(float), stream>>>(p);
   return cudaGetLastError();
 }
 

@@ -39,11 +39,16 @@ struct SelectResult {
 
 // Block-wide MSB-first radix select over n distinct keys in shared memory: afterwards exactly `kk` keys
 // satisfy (key >> shift) >= prefix (the kk largest). 8-bit digits; stops as soon as the boundary digit's
-// bin is taken whole. `hist` has 256 entries, `sh` 4.
+// bin is taken whole. `hist` has 256 entries, `sh` 5 (sh[3] is left to the caller). Once the boundary bin
+// holds at most scratch_cap keys and a quarter of those still scanned, they are copied to `scratch` and the
+// later digits scan only them: scores share their leading bits, so without that every digit rescanned all
+// keys (8 passes when many scores tie, as in the benchmark's repeated rows).
 __device__ SelectResult radix_select(const std::uint64_t* keys, std::uint32_t n, std::uint32_t kk,
-                                     std::uint32_t* hist, std::uint32_t* sh) {
+                                     std::uint32_t* hist, std::uint32_t* sh, std::uint64_t* scratch,
+                                     std::uint32_t scratch_cap) {
   std::uint64_t prefix = 0;
   std::uint32_t krem = kk;
+  bool compacted = false;
   for (int d = 0; d < 8; ++d) {
     const unsigned shift = 56u - 8u * static_cast<unsigned>(d);
     for (unsigned i = threadIdx.x; i < 256; i += blockDim.x) hist[i] = 0;
@@ -80,6 +85,7 @@ __device__ SelectResult radix_select(const std::uint64_t* keys, std::uint32_t n,
         if (lane >= static_cast<unsigned>(o)) incl += v;
       }
       const std::uint32_t excl = incl - total;
+      if (lane == 0) sh[4] = 0;
       if (excl < krem && krem <= incl) {
         std::uint32_t cum = excl;
 #pragma unroll
@@ -100,18 +106,31 @@ __device__ SelectResult radix_select(const std::uint64_t* keys, std::uint32_t n,
     krem -= above;
     prefix = (prefix << 8) | bin;
     if (cnt == krem) return SelectResult{prefix, shift};
+    if (!compacted && cnt <= scratch_cap && 4 * cnt <= n) {
+      for (std::uint32_t i = threadIdx.x; i < n; i += blockDim.x) {
+        const std::uint64_t key = keys[i];
+        if ((key >> shift) == prefix) scratch[atomicAdd(&sh[4], 1u)] = key;
+      }
+      __syncthreads();
+      keys = scratch;
+      n = cnt;
+      compacted = true;
+    }
   }
   return SelectResult{prefix, 0u};  // not reached for distinct keys (the last digit's bin holds one key)
 }
 
 constexpr unsigned kStage1Threads = 512;
 constexpr unsigned kStage2Threads = 1024;
+constexpr unsigned kSelectWords = 8;        // hist (256) is followed by sh (5 used)
+constexpr unsigned kStage1Scratch = 512;    // keys of a boundary bin that stage 1 copies aside
 
 // Stage 1: grid (chunks, tokens). Candidates of a chunk: its min(k, rows) best keys (unordered).
 __global__ void __launch_bounds__(kStage1Threads) topk_stage1(TopkParams p) {
   extern __shared__ __align__(16) std::uint8_t smem[];
   std::uint64_t* keys = reinterpret_cast<std::uint64_t*>(smem);
-  std::uint32_t* hist = reinterpret_cast<std::uint32_t*>(keys + p.chunk_rows);
+  std::uint64_t* scratch = keys + p.chunk_rows;
+  std::uint32_t* hist = reinterpret_cast<std::uint32_t*>(scratch + kStage1Scratch);
   std::uint32_t* sh = hist + 256;
   const std::uint32_t token = blockIdx.y, chunk = blockIdx.x;
   const std::uint32_t n = token_rows(p, token);
@@ -128,7 +147,7 @@ __global__ void __launch_bounds__(kStage1Threads) topk_stage1(TopkParams p) {
   for (std::uint32_t i = threadIdx.x; i < m; i += blockDim.x) keys[i] = composite(sc[i], c0 + i);
   if (threadIdx.x == 0) sh[3] = 0;
   __syncthreads();
-  const SelectResult sel = radix_select(keys, m, p.k, hist, sh);
+  const SelectResult sel = radix_select(keys, m, p.k, hist, sh, scratch, kStage1Scratch);
   for (std::uint32_t i = threadIdx.x; i < m; i += blockDim.x) {
     const std::uint64_t key = keys[i];
     if ((key >> sel.shift) >= sel.prefix) cand[atomicAdd(&sh[3], 1u)] = key;
@@ -162,7 +181,8 @@ __global__ void __launch_bounds__(kStage2Threads) topk_stage2(TopkParams p) {
   }
   if (threadIdx.x == 0) sh[3] = 0;
   __syncthreads();
-  const SelectResult sel = radix_select(keys, total, kk, hist, sh);
+  // (best is free until the select returns: it doubles as the select's scratch.)
+  const SelectResult sel = radix_select(keys, total, kk, hist, sh, best, kTopkMaxK);
   for (std::uint32_t i = threadIdx.x; i < total; i += blockDim.x) {
     const std::uint64_t key = keys[i];
     if ((key >> sel.shift) >= sel.prefix) best[atomicAdd(&sh[3], 1u)] = key;
@@ -198,8 +218,8 @@ __global__ void __launch_bounds__(kStage2Threads) topk_stage2(TopkParams p) {
 
 cudaError_t launch_topk(const TopkParams& p, cudaStream_t stream) {
   if (p.count == 0) return cudaSuccess;
-  const std::size_t smem1 = static_cast<std::size_t>(p.chunk_rows) * 8 + 260 * 4;
-  const std::size_t smem2 = static_cast<std::size_t>(kTopkMaxCandidates + kTopkMaxK) * 8 + 260 * 4;
+  const std::size_t smem1 = (static_cast<std::size_t>(p.chunk_rows) + kStage1Scratch) * 8 + (256 + kSelectWords) * 4;
+  const std::size_t smem2 = static_cast<std::size_t>(kTopkMaxCandidates + kTopkMaxK) * 8 + (256 + kSelectWords) * 4;
   // (Set on every launch: cheap, and valid whichever device is current.)
   cudaError_t e = cudaFuncSetAttribute(topk_stage1, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem1));
   if (e != cudaSuccess) return e;
