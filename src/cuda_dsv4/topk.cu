@@ -188,28 +188,29 @@ __global__ void __launch_bounds__(kStage2Threads) topk_stage2(TopkParams p) {
     if ((key >> sel.shift) >= sel.prefix) best[atomicAdd(&sh[3], 1u)] = key;
   }
   __syncthreads();
-  // The kk keys are distinct: a key's slot is the number of larger keys (shared-memory broadcast reads).
-  // With kk <= blockDim / 2 two neighbouring threads count half of the keys each.
-  if (2 * kk <= blockDim.x) {
-    const std::uint32_t i = threadIdx.x / 2, half = threadIdx.x % 2;
-    std::uint32_t rank = 0;
-    std::uint64_t key = 0;
-    if (i < kk) {
-      key = best[i];
-      const std::uint32_t j0 = half * (kk / 2), j1 = half == 0 ? kk / 2 : kk;
-      for (std::uint32_t j = j0; j < j1; ++j) rank += best[j] > key ? 1u : 0u;
+  // Bitonic sort of the kk distinct keys, largest first, padded to a power of two with key 0 (below every real
+  // key: ~index is never 0). (Ranking each key by counting the larger ones took k^2 / 2 comparisons on the
+  // token's single block: a third of the kernel at k = 512.)
+  std::uint32_t padded = 1;
+  while (padded < kk) padded <<= 1;
+  for (std::uint32_t i = kk + threadIdx.x; i < padded; i += blockDim.x) best[i] = 0;
+  __syncthreads();
+  for (std::uint32_t size = 2; size <= padded; size <<= 1) {
+    for (std::uint32_t stride = size / 2; stride > 0; stride >>= 1) {
+      for (std::uint32_t t = threadIdx.x; t < padded / 2; t += blockDim.x) {
+        const std::uint32_t i = 2 * stride * (t / stride) + t % stride, j = i + stride;
+        const bool descending = (i & size) == 0;  // the last merge (size = padded) is descending throughout
+        const std::uint64_t a = best[i], b = best[j];
+        if ((a < b) == descending) {
+          best[i] = b;
+          best[j] = a;
+        }
+      }
+      __syncthreads();
     }
-    rank += __shfl_xor_sync(0xFFFFFFFFu, rank, 1);
-    if (i < kk && half == 0) {
-      out[rank] = static_cast<std::int32_t>(0xFFFFFFFFu - static_cast<std::uint32_t>(key & 0xFFFFFFFFull));
-    }
-  } else {
-    for (std::uint32_t i = threadIdx.x; i < kk; i += blockDim.x) {
-      const std::uint64_t key = best[i];
-      std::uint32_t rank = 0;
-      for (std::uint32_t j = 0; j < kk; ++j) rank += best[j] > key ? 1u : 0u;
-      out[rank] = static_cast<std::int32_t>(0xFFFFFFFFu - static_cast<std::uint32_t>(key & 0xFFFFFFFFull));
-    }
+  }
+  for (std::uint32_t i = threadIdx.x; i < kk; i += blockDim.x) {
+    out[i] = static_cast<std::int32_t>(0xFFFFFFFFu - static_cast<std::uint32_t>(best[i] & 0xFFFFFFFFull));
   }
   for (std::uint32_t i = kk + threadIdx.x; i < p.k; i += blockDim.x) out[i] = -1;
 }
