@@ -4,7 +4,7 @@
 # copy bandwidth in the same run, then print the table. CSVs and logs go to $OUT (default ./out).
 # Usage: scripts/gpu/run_all.sh [--quick] [--no-sanitize] [--no-bench]
 # Environment: STEPS (regex over scripts/gpu/steps/*.sh names, default all), DECODE_BENCH=0 (skip the decode
-# benchmark and its SDPA baseline), PROFILE="MODE BATCH CONTEXT" (case of the decode profile, default
+# benchmark, its SDPA baseline and its profile), PROFILE="MODE BATCH CONTEXT" (case of the decode profile, default
 # "seed 32 32768"), PROFILE_SOURCE=1 (also per-instruction SASS stall samples of the decode kernel: sass.csv.gz),
 # SANITIZE_TIMEOUT / PROFILE_TIMEOUT / TEST_TIMEOUT (seconds per tool / test-binary run), SUITE=dsv4 (only the
 # DeepSeek-V4 targets: build, tests, sanitizers and benchmark steps; no TurboQuant tests, benchmark or profile).
@@ -81,7 +81,7 @@ if [ "$BENCH" = 1 ]; then
     BUILD="$BUILD" OUT="$OUT" QUICK="$QUICK" bash "$step" 2>&1 | tee -a "$OUT/steps.log" | tail -60
   done
 fi
-if [ "$BENCH" = 1 ] && [ "$TQ" = 1 ] && command -v ncu > /dev/null; then
+if [ "$BENCH" = 1 ] && [ "$TQ" = 1 ] && [ "${DECODE_BENCH:-1}" = 1 ] && command -v ncu > /dev/null; then
   # One profile of the fused decode kernel (seed mode, batch 32, 32K): speed of light, memory, compute,
   # warp stalls, occupancy. Clocks are left alone (--clock-control none).
   CASE=(${PROFILE:-seed 32 32768})

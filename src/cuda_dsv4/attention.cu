@@ -280,16 +280,18 @@ __global__ void __launch_bounds__(kAttnThreads, 1) attention_split_kernel(Attent
   }
 }
 
-// One block per (head, token): 4 groups of 128 threads, each thread 4 dims. The splits' maxima and sums are read
-// in parallel into shared memory; warp 0 forms the weights; group g then sums its dims over splits g, g + 4, ...
-// with 8 loads in flight, and group 0 adds the other groups' sums. (At batch 1 the grid is only the 64 heads,
-// so the merge is a chain of dependent memory latencies: 128 splits took one thread 32 round trips before.)
-constexpr unsigned kMergeThreads = 512;
-constexpr unsigned kMergeGroups = kMergeThreads / 128;
-__global__ void __launch_bounds__(kMergeThreads) attention_merge_kernel(AttentionParams p) {
+// One block per (head, token): 1 to 4 groups of 128 threads (merge_groups below), each thread 4 dims. The splits'
+// maxima and sums are read in parallel into shared memory; warp 0 forms the weights; group g then sums its dims
+// over splits g, g + groups, ... with 8 loads in flight, and group 0 adds the other groups' sums. (At batch 1 the
+// grid is only the 64 heads, so the merge is a chain of dependent memory latencies: 128 splits took one thread
+// 32 round trips with a single group.)
+constexpr unsigned kMergeMaxGroups = 4;
+unsigned merge_groups(std::uint32_t splits) { return splits >= 64 ? 4u : splits >= 16 ? 2u : 1u; }
+__global__ void __launch_bounds__(kMergeMaxGroups * 128) attention_merge_kernel(AttentionParams p) {
   extern __shared__ float wts[];  // [2 * splits]: maxima, then weights; sums
   __shared__ float s_denom;
-  __shared__ float4 partial[kMergeGroups - 1][128];
+  __shared__ float4 partial[kMergeMaxGroups - 1][128];
+  const unsigned groups = blockDim.x / 128;
   const std::uint32_t h = blockIdx.x, token = blockIdx.y;
   const unsigned tid = threadIdx.x;
   const TokenRowsDev d = p.tokens[token];
@@ -298,7 +300,7 @@ __global__ void __launch_bounds__(kMergeThreads) attention_merge_kernel(Attentio
   const std::uint64_t base = (static_cast<std::uint64_t>(token) * p.heads + h) * p.splits;
   const float sink2 = p.sink != nullptr ? p.sink[h] * 1.4426950408889634f : -INFINITY;
   float* ls = wts + p.splits;
-  for (std::uint32_t s = tid; s < used; s += kMergeThreads) {
+  for (std::uint32_t s = tid; s < used; s += blockDim.x) {
     const float2 ml = *reinterpret_cast<const float2*>(p.part_ml + (base + s) * 2);
     wts[s] = ml.x;
     ls[s] = ml.y;
@@ -335,21 +337,20 @@ __global__ void __launch_bounds__(kMergeThreads) attention_merge_kernel(Attentio
   };
   constexpr unsigned kInFlight = 8;
   std::uint32_t s = group;
-  for (; s + (kInFlight - 1) * kMergeGroups < used; s += kInFlight * kMergeGroups) {
+  for (; s + (kInFlight - 1) * groups < used; s += kInFlight * groups) {
     float4 v[kInFlight];
 #pragma unroll
     for (unsigned k = 0; k < kInFlight; ++k) {
-      v[k] = *reinterpret_cast<const float4*>(p.part_o + (base + s + k * kMergeGroups) * kHeadDim + d0);
+      v[k] = *reinterpret_cast<const float4*>(p.part_o + (base + s + k * groups) * kHeadDim + d0);
     }
 #pragma unroll
-    for (unsigned k = 0; k < kInFlight; ++k) add(wts[s + k * kMergeGroups], v[k]);
+    for (unsigned k = 0; k < kInFlight; ++k) add(wts[s + k * groups], v[k]);
   }
-  for (; s < used; s += kMergeGroups) add(wts[s], *reinterpret_cast<const float4*>(p.part_o + (base + s) * kHeadDim + d0));
+  for (; s < used; s += groups) add(wts[s], *reinterpret_cast<const float4*>(p.part_o + (base + s) * kHeadDim + d0));
   if (group != 0) partial[group - 1][tid % 128] = acc;
   __syncthreads();
   if (group != 0) return;
-#pragma unroll
-  for (unsigned g = 0; g + 1 < kMergeGroups; ++g) {
+  for (unsigned g = 0; g + 1 < groups; ++g) {
     const float4 v = partial[g][tid];
     acc.x += v.x;
     acc.y += v.y;
@@ -390,7 +391,9 @@ cudaError_t launch_attention(const AttentionParams& p, cudaStream_t stream) {
   attention_split_kernel<<<grid, kAttnThreads, sizeof(AttnSmem), stream>>>(p);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return e;
-  attention_merge_kernel<<<dim3(p.heads, p.count), kMergeThreads, 2 * p.splits * sizeof(float), stream>>>(p);
+  // (More groups only pay when there are many splits: a prefill chunk's 4096 x 64 merges of one or two splits
+  // got 1.5x slower with 4 groups each.)
+  attention_merge_kernel<<<dim3(p.heads, p.count), merge_groups(p.splits) * 128, 2 * p.splits * sizeof(float), stream>>>(p);
   return cudaGetLastError();
 }
 
