@@ -4,7 +4,7 @@
 # launch of each kernel named in KERNELS (speed of light, warp stalls, occupancy, per-instruction SASS stall
 # samples as <kernel>_sass.csv.gz). Results in $OUT.
 # Usage: scripts/gpu/profile_dsv4.sh [STORAGE BATCH CONTEXT]   (default: bf16 8 1048576)
-# Env: BREAKDOWN=1 (first: time per kernel of one step), TAG (suffix of the output names), KERNELS (none: "") (regexes, default "score_kernel attention_split_kernel"), BUILD, PROFILE_TIMEOUT (s per kernel).
+# Env: WARP_SAMPLING (ncu --warp-sampling-interval, 0 = every 32 cycles, for short kernels), BREAKDOWN=1 (first: time per kernel of one step), TAG (suffix of the output names), KERNELS (none: "") (regexes, default "score_kernel attention_split_kernel"), BUILD, PROFILE_TIMEOUT (s per kernel).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT="${OUT:-$PWD/out}"
@@ -56,6 +56,7 @@ for k in ${KERNELS-score_kernel attention_split_kernel}; do
     --section SpeedOfLight --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
     --section WarpStateStats --section Occupancy --section LaunchStats --section SourceCounters \
     --section InstructionStats --section SchedulerStats --import-source no -o "$OUT/$k${TAG:-}" \
+    ${WARP_SAMPLING:+--warp-sampling-interval "$WARP_SAMPLING"} \
     "$BIN" --only "${CASE[@]}" > "$OUT/ncu_$k${TAG:-}.txt" 2>&1
   echo "ncu exit code: $?"
   if [ -f "$OUT/$k${TAG:-}.ncu-rep" ]; then
