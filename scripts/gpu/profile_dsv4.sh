@@ -12,14 +12,9 @@ mkdir -p "$OUT"
 CASE=(bf16 8 1048576)
 [ $# -gt 0 ] && CASE=("$@")
 BUILD="${BUILD:-build-gpu}"
-EXTRA=()
-if [ -d .deps/usr ]; then
-  EXTRA+=("-DCMAKE_PREFIX_PATH=$PWD/.deps/usr")
-  export LD_LIBRARY_PATH="$PWD/.deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
-fi
+source scripts/gpu/configure.sh
 t0=$(date +%s)
-cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DKVCOMPACT_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a \
-  -DKVCOMPACT_BUILD_BENCH=OFF "${EXTRA[@]}" > "$OUT/profile_build.log" 2>&1 || { tail -30 "$OUT/profile_build.log"; exit 1; }
+gpu_configure "$BUILD" "$OUT/profile_build.log" || { tail -30 "$OUT/profile_build.log"; exit 1; }
 cmake --build "$BUILD" -j16 --target kvcompact_cuda_dsv4_decode_bench >> "$OUT/profile_build.log" 2>&1 \
   || { grep -E "error" -A3 "$OUT/profile_build.log" | head -40; exit 1; }
 echo "build: $(( $(date +%s) - t0 )) s"

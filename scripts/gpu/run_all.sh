@@ -22,16 +22,11 @@ for a in "$@"; do
   esac
 done
 BUILD="${BUILD:-build-gpu}"
-EXTRA=()
-if [ -d .deps/usr ]; then
-  EXTRA+=("-DCMAKE_PREFIX_PATH=$PWD/.deps/usr")
-  export LD_LIBRARY_PATH="$PWD/.deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
-fi
+source scripts/gpu/configure.sh
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.total --format=csv 2>&1 | tee "$OUT/bench.log"
 echo "== configure + build"
 t0=$(date +%s)
-cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DKVCOMPACT_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a \
-  -DKVCOMPACT_BUILD_BENCH=OFF "${EXTRA[@]}" > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
+gpu_configure "$BUILD" "$OUT/build.log" || { tail -30 "$OUT/build.log"; exit 1; }
 # Every CUDA test and benchmark executable (kvcompact_cuda_*), not the CPU suites.
 TARGETS=$(cmake --build "$BUILD" --target help 2>/dev/null | grep -oE "kvcompact_cuda_${SUITE:-}[a-z0-9_]*(tests|bench)" | sort -u)
 TQ=1
@@ -41,26 +36,29 @@ cmake --build "$BUILD" -j16 --target $TARGETS >> "$OUT/build.log" 2>&1 \
 echo "build: $(( $(date +%s) - t0 )) s"
 TESTS="$BUILD/tests/cuda/kvcompact_cuda_tests"
 BENCHBIN="$BUILD/src/cuda/bench/kvcompact_cuda_bench"
+# run_test_binary TITLE BINARY LOG LINES: runs one GPU test binary into $OUT/LOG, prints its test results,
+# failures and the lines matching the regex LINES (the tests' own measurements); returns its exit code.
+run_test_binary() {
+  echo "== $1"
+  timeout "${TEST_TIMEOUT:-300}" "$2" > "$OUT/$3" 2>&1
+  local rc=$?
+  grep -E "^\[ *(OK|FAILED|SKIPPED|PASSED) " "$OUT/$3" | head -40
+  grep -E "Failure" -A7 "$OUT/$3" | head -80
+  grep -E "$4" "$OUT/$3" | head -30
+  return $rc
+}
 test_rc=0
 if [ "$TQ" = 1 ]; then
-  echo "== GPU tests"
-  timeout "${TEST_TIMEOUT:-300}" "$TESTS" > "$OUT/tests.log" 2>&1
+  run_test_binary "GPU tests" "$TESTS" tests.log "^\[decode\]"
   test_rc=$?
-  grep -E "^\[ *(OK|FAILED|SKIPPED|PASSED) " "$OUT/tests.log" | head -40
-  grep -E "Failure" -A7 "$OUT/tests.log" | head -80
-  grep -E "^\[decode\]" "$OUT/tests.log" | head -30
   grep -E "^\[encode\]" "$OUT/tests.log" | grep -v " 0 records differ" | head -20
   echo "encode cases with identical bytes: $(grep -c " 0 records differ" "$OUT/tests.log") of $(grep -c "^\[encode\]" "$OUT/tests.log")"
   echo "tests exit code: $test_rc"
 fi
 DSV4_TESTS="$BUILD/tests/cuda_dsv4/kvcompact_cuda_dsv4_tests"
 if [ -x "$DSV4_TESTS" ]; then
-  echo "== GPU tests (DeepSeek-V4)"
-  timeout "${TEST_TIMEOUT:-300}" "$DSV4_TESTS" > "$OUT/tests_dsv4.log" 2>&1
+  run_test_binary "GPU tests (DeepSeek-V4)" "$DSV4_TESTS" tests_dsv4.log "^\[dsv4"
   dsv4_rc=$?
-  grep -E "^\[ *(OK|FAILED|SKIPPED|PASSED) " "$OUT/tests_dsv4.log" | head -40
-  grep -E "Failure" -A7 "$OUT/tests_dsv4.log" | head -60
-  grep -E "^\[dsv4" "$OUT/tests_dsv4.log" | head -30
   echo "dsv4 tests exit code: $dsv4_rc"
   [ "$dsv4_rc" = 0 ] || test_rc=$dsv4_rc
 fi

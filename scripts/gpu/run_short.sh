@@ -5,10 +5,10 @@
 cd "$(dirname "$0")/../.."
 set -uo pipefail
 OUT="${OUT:-$PWD/out}"; mkdir -p "$OUT"
-EXTRA=(); if [ -d .deps/usr ]; then EXTRA+=("-DCMAKE_PREFIX_PATH=$PWD/.deps/usr"); export LD_LIBRARY_PATH="$PWD/.deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"; fi
+source scripts/gpu/configure.sh
 B=build-gpu
 t0=$(date +%s)
-cmake -S . -B $B -DCMAKE_BUILD_TYPE=Release -DKVCOMPACT_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a -DKVCOMPACT_BUILD_BENCH=OFF "${EXTRA[@]}" > $OUT/build.log 2>&1 || { tail -20 $OUT/build.log; exit 1; }
+gpu_configure $B $OUT/build.log || { tail -20 $OUT/build.log; exit 1; }
 T=$(cmake --build $B --target help | grep -oE "kvcompact_cuda_[a-z0-9_]*(tests|bench)" | sort -u)
 cmake --build $B -j16 --target $T >> $OUT/build.log 2>&1 || { grep -E "error" -A3 $OUT/build.log | head -40; exit 1; }
 echo "build $(( $(date +%s) - t0 )) s"
