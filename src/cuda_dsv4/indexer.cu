@@ -234,7 +234,7 @@ __device__ __forceinline__ int float_codes(const float (&v)[64], std::uint32_t (
     f = static_cast<int>(ex) - 127 - 6;
   }
   ok = ok && f >= -126 && f <= 100;
-  const float down = pow2f(min(max(-f, -126), 127)), up = pow2f(min(max(f, -126), 127));
+  const float down = pow2f(-f), up = pow2f(f);
   constexpr float kMagic = 12582912.0f;  // 1.5 * 2^23: integers below 2^22 in magnitude sit in its low bits
   std::uint32_t residue = 0;
 #pragma unroll
@@ -322,11 +322,11 @@ __global__ void __launch_bounds__(kScoreThreads) score_kernel(ScoreParams p) {
     sm.nflagged = 0;
   }
   __syncthreads();
+  auto weight_times_2fq = [&](unsigned h) { return __fmul_rn(w[h], pow2f(fq[h])); };
   if (tid < p.heads) {
     if (qok[tid] == 0) atomicAnd(&sm.q_ok, 0);
     // The epilogue multiplies by w_h * 2^fq_h, which must be exact (not subnormal, not overflowed).
-    const float wq = __fmul_rn(w[tid], pow2f(min(max(fq[tid], -126), 127)));
-    if (__fmul_rn(wq, pow2f(min(max(-fq[tid], -126), 127))) != w[tid]) atomicAnd(&sm.q_ok, 0);
+    if (__fmul_rn(weight_times_2fq(tid), pow2f(-fq[tid])) != w[tid]) atomicAnd(&sm.q_ok, 0);
     atomicMin(&sm.fq_min, fq[tid]);
     atomicMax(&sm.fq_max, fq[tid]);
   }
@@ -342,8 +342,8 @@ __global__ void __launch_bounds__(kScoreThreads) score_kernel(ScoreParams p) {
     a[ks][3] = *reinterpret_cast<const std::uint32_t*>(qi + hb * kIndexerDim + col + 16);
   }
   // w_h * 2^fq_h of the warp's two heads (exact: checked above, else the whole token takes the scalar path).
-  const float wqa = ha < p.heads ? __fmul_rn(w[ha], pow2f(min(max(fq[ha], -126), 127))) : 0.0f;
-  const float wqb = hb < p.heads ? __fmul_rn(w[hb], pow2f(min(max(fq[hb], -126), 127))) : 0.0f;
+  const float wqa = ha < p.heads ? weight_times_2fq(ha) : 0.0f;
+  const float wqb = hb < p.heads ? weight_times_2fq(hb) : 0.0f;
   __syncthreads();
   const bool q_ok = sm.q_ok != 0;
   const int fq_min = sm.fq_min, fq_max = sm.fq_max;
@@ -432,7 +432,7 @@ __global__ void __launch_bounds__(kScoreThreads) score_kernel(ScoreParams p) {
         }
       }
       if (half == 0) {
-        sm.sk[r] = pow2f(min(max(f, -126), 127));
+        sm.sk[r] = pow2f(f);
         if (r < nrows && !(q_ok && ok)) sm.flagged[atomicAdd(&sm.nflagged, 1)] = static_cast<int>(r);
       }
     }

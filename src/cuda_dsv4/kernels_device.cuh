@@ -68,8 +68,11 @@ __device__ __forceinline__ int lowbit_exponent(float v) {
   return base + (__ffs(static_cast<int>(mant)) - 1);
 }
 
-// 2^e as a float for e in [-126, 127].
-__device__ __forceinline__ float pow2f(int e) { return __uint_as_float(static_cast<std::uint32_t>(e + 127) << 23); }
+// 2^e as a float, e clamped to the normal range [-126, 127] (callers that need e in range check it themselves;
+// the clamp only keeps the bits a valid power of two).
+__device__ __forceinline__ float pow2f(int e) {
+  return __uint_as_float(static_cast<std::uint32_t>(min(max(e, -126), 127) + 127) << 23);
+}
 
 // Rows of a token: window count min(t + 1, 128), then the compressed rows of the layer.
 __device__ __forceinline__ std::uint32_t window_count(std::int64_t t) {
