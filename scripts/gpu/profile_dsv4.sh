@@ -4,7 +4,10 @@
 # launch of each kernel named in KERNELS (speed of light, warp stalls, occupancy, per-instruction SASS stall
 # samples as <kernel>_sass.csv.gz). Results in $OUT.
 # Usage: scripts/gpu/profile_dsv4.sh [STORAGE BATCH CONTEXT]   (default: bf16 8 1048576)
-# Env: WARP_SAMPLING (ncu --warp-sampling-interval, 0 = every 32 cycles, for short kernels), BREAKDOWN=1 (first: time per kernel of one step), TAG (suffix of the output names), KERNELS (none: "") (regexes, default "score_kernel attention_split_kernel"), BUILD, PROFILE_TIMEOUT (s per kernel).
+# Env: KERNELS (kernel-name regexes to profile in depth, default "score_kernel attention_split_kernel"; "" for
+#        none), BREAKDOWN=1 (first the time per kernel of one step; STEP_KERNELS = launches in two steps, default
+#        340 = 2 x 170 for V4-Flash), WARP_SAMPLING (ncu --warp-sampling-interval; 0 = every 32 cycles, for
+#        short kernels), TAG (suffix of the output names), BUILD, PROFILE_TIMEOUT (seconds per ncu run).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT="${OUT:-$PWD/out}"

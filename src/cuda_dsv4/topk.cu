@@ -41,8 +41,8 @@ struct SelectResult {
 // satisfy (key >> shift) >= prefix (the kk largest). 8-bit digits; stops as soon as the boundary digit's
 // bin is taken whole. `hist` has 256 entries, `sh` 5 (sh[3] is left to the caller). Once the boundary bin
 // holds at most scratch_cap keys and a quarter of those still scanned, they are copied to `scratch` and the
-// later digits scan only them: scores share their leading bits, so without that every digit rescanned all
-// keys (8 passes when many scores tie, as in the benchmark's repeated rows).
+// later digits scan only them instead of rescanning all keys (up to 8 passes when many scores tie, as in the
+// benchmark's repeated rows; on the H200 this did not change the benchmark's time measurably).
 __device__ SelectResult radix_select(const std::uint64_t* keys, std::uint32_t n, std::uint32_t kk,
                                      std::uint32_t* hist, std::uint32_t* sh, std::uint64_t* scratch,
                                      std::uint32_t scratch_cap) {
@@ -199,8 +199,9 @@ __global__ void __launch_bounds__(kStage2Threads) topk_stage2(TopkParams p) {
   }
   __syncthreads();
   // Bitonic sort of the kk distinct keys, largest first, padded to a power of two with key 0 (below every real
-  // key: ~index is never 0). (Ranking each key by counting the larger ones took k^2 / 2 comparisons on the
-  // token's single block: a third of the kernel at k = 512.)
+  // key: ~index is never 0): O(k log^2 k) comparisons instead of ranking each key by counting the larger ones
+  // (k^2 / 2, a third of the kernel's instructions at k = 512; the kernel's time did not change measurably,
+  // it is latency-bound on its single block).
   std::uint32_t padded = 1;
   while (padded < kk) padded <<= 1;
   for (std::uint32_t i = kk + threadIdx.x; i < padded; i += blockDim.x) best[i] = 0;
