@@ -6,7 +6,7 @@
 # Usage: scripts/gpu/profile_dsv4.sh [STORAGE BATCH CONTEXT]   (default: bf16 8 1048576)
 # Env: KERNELS (kernel-name regexes to profile in depth, default "score_kernel attention_split_kernel"; "" for
 #        none), BREAKDOWN=1 (first the time per kernel of one step; STEP_KERNELS = launches in two steps, default
-#        340 = 2 x 170 for V4-Flash), WARP_SAMPLING (ncu --warp-sampling-interval; 0 = every 32 cycles, for
+#        298 = 2 x 149 for V4-Flash: 21 ratio-4 layers x 5 kernels + 22 others x 2), WARP_SAMPLING (ncu --warp-sampling-interval; 0 = every 32 cycles, for
 #        short kernels), TAG (suffix of the output names), BUILD, PROFILE_TIMEOUT (seconds per ncu run).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -28,7 +28,7 @@ if [ "${BREAKDOWN:-0}" = 1 ]; then
   # timed alone by Nsight Compute (gpu__time_duration), summed per kernel name and divided by 2.
   echo "== per-kernel breakdown of one step, ${CASE[*]}"
   timeout "${PROFILE_TIMEOUT:-150}" ncu --clock-control none --metrics gpu__time_duration.sum --csv \
-    --launch-count "${STEP_KERNELS:-340}" "$BIN" --only "${CASE[@]}" > "$OUT/breakdown${TAG:-}.csv" 2> /dev/null
+    --launch-count "${STEP_KERNELS:-298}" "$BIN" --only "${CASE[@]}" > "$OUT/breakdown${TAG:-}.csv" 2> /dev/null
   python3 - "$OUT/breakdown${TAG:-}.csv" <<'PY'
 import csv, sys, collections
 rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]

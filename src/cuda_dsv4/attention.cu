@@ -153,14 +153,8 @@ __global__ void __launch_bounds__(kAttnThreads, 1) attention_split_kernel(Attent
         const unsigned c = j * kAttnThreads + tid, r = c / 72, pc = c % 72;
         if (c >= kAttnTileRows * 72) continue;
         if (pc < 56) {
-          float f[8];
-#pragma unroll
-          for (int b = 0; b < 4; ++b) {
-            f[b] = ldexpf(e4m3_to_f32((v[j].x >> (8 * b)) & 0xFFu), e[j]);
-            f[4 + b] = ldexpf(e4m3_to_f32((v[j].y >> (8 * b)) & 0xFFu), e[j]);
-          }
-          *reinterpret_cast<uint4*>(&sm.k[r * kKStride + pc * 8]) =
-              make_uint4(pack_half2(f[0], f[1]), pack_half2(f[2], f[3]), pack_half2(f[4], f[5]), pack_half2(f[6], f[7]));
+          // One scale per piece (8 divides the 64-dim block): cvt + half2 multiply, scalar only for odd scales.
+          *reinterpret_cast<uint4*>(&sm.k[r * kKStride + pc * 8]) = e4m3x8_scaled_to_half8(v[j], e[j]);
         } else {
           *reinterpret_cast<uint2*>(&sm.k[r * kKStride + 448 + (pc - 56) * 4]) =
               make_uint2(bf16x2_to_half2(v[j].x), bf16x2_to_half2(v[j].y));

@@ -15,16 +15,6 @@ namespace {
 
 bool aligned16(const void* ptr) { return reinterpret_cast<std::uintptr_t>(ptr) % 16 == 0; }
 
-// Stage-1 chunk of the top-k: chunks * k candidates must fit stage 2's shared memory, a chunk stage 1's;
-// at least 4k rows per chunk (so stage 1 discards most rows) unless a token has fewer.
-std::uint32_t topk_chunk_rows(std::uint32_t max_rows, std::uint32_t k) {
-  const std::uint64_t max_chunks = detail::kTopkMaxCandidates / k;
-  std::uint64_t chunk = (std::uint64_t{max_rows} + max_chunks - 1) / max_chunks;
-  chunk = std::max<std::uint64_t>(chunk, std::min<std::uint64_t>(4ull * k, detail::kTopkMaxChunk));
-  chunk = (chunk + 255) / 256 * 256;
-  return static_cast<std::uint32_t>(std::min<std::uint64_t>(chunk, detail::kTopkMaxChunk));
-}
-
 }  // namespace
 
 std::uint64_t indexer_query_workspace_bytes(std::uint32_t tokens) { return detail::query_layout(tokens).total; }
@@ -111,20 +101,13 @@ Status indexer_scores(const IndexerScoreArgs& a, void* stream) {
   return ok_status();
 }
 
-std::uint32_t topk_max_rows(std::uint32_t k) {
-  if (k == 0 || k > detail::kTopkMaxK) return 0;
-  const std::uint64_t chunks = detail::kTopkMaxCandidates / k;
-  return static_cast<std::uint32_t>(std::min<std::uint64_t>(chunks * detail::kTopkMaxChunk, 0x7FFFFFFFull));
-}
+// The selection streams the scores from global memory and keeps only the k winners in shared memory, so the
+// row count is bounded only by the int32 indices it returns.
+std::uint32_t topk_max_rows(std::uint32_t k) { return k == 0 || k > detail::kTopkMaxK ? 0u : 0x7FFFFFFFu; }
 
-std::uint64_t topk_workspace_bytes(std::uint32_t count, std::uint32_t max_rows, std::uint32_t k) {
-  if (k == 0) return 0;
-  const std::uint32_t chunk = topk_chunk_rows(std::max<std::uint32_t>(max_rows, 1), k);
-  const std::uint64_t chunks = (std::uint64_t{std::max<std::uint32_t>(max_rows, 1)} + chunk - 1) / chunk;
-  return std::uint64_t{count} * chunks * k * 8;
-}
+std::uint64_t topk_workspace_bytes(std::uint32_t, std::uint32_t, std::uint32_t) { return 0; }
 
-Status indexer_topk(const TopkArgs& a, void* workspace, std::uint64_t workspace_bytes, void* stream) {
+Status indexer_topk(const TopkArgs& a, void* /*workspace*/, std::uint64_t /*workspace_bytes*/, void* stream) {
   if (a.count == 0) return ok_status();
   if (a.k == 0 || a.k > detail::kTopkMaxK) {
     return make_error(ErrorCode::InvalidArgument, "indexer_topk: k {} not in [1, {}]", a.k, detail::kTopkMaxK);
@@ -133,33 +116,25 @@ Status indexer_topk(const TopkArgs& a, void* workspace, std::uint64_t workspace_
     return make_error(ErrorCode::Unsupported, "indexer_topk: max_rows {} exceeds the limit {} for k {}", a.max_rows,
                       topk_max_rows(a.k), a.k);
   }
-  if (a.scores == nullptr || a.out == nullptr || workspace == nullptr || (a.counts == nullptr && a.tokens == nullptr)) {
-    return make_error(ErrorCode::InvalidArgument, "indexer_topk needs scores, out, a workspace and counts or tokens");
+  if (a.scores == nullptr || a.out == nullptr || (a.counts == nullptr && a.tokens == nullptr)) {
+    return make_error(ErrorCode::InvalidArgument, "indexer_topk needs scores, out, and counts or tokens");
   }
   if (a.counts == nullptr && a.ratio == 0) return make_error(ErrorCode::InvalidArgument, "indexer_topk: ratio 0");
   if (a.out_stride < a.k || a.score_stride < a.max_rows) {
     return make_error(ErrorCode::InvalidArgument, "indexer_topk: out_stride {} < k {} or score_stride {} < max_rows {}",
                       a.out_stride, a.k, a.score_stride, a.max_rows);
   }
-  if (!aligned16(workspace)) return make_error(ErrorCode::InvalidArgument, "indexer_topk: the workspace must be 16-byte aligned");
-  const std::uint64_t need = topk_workspace_bytes(a.count, a.max_rows, a.k);
-  if (workspace_bytes < need) {
-    return make_error(ErrorCode::InvalidArgument, "indexer_topk: workspace of {} bytes, {} needed", workspace_bytes, need);
-  }
   detail::TopkParams p{};
   p.scores = a.scores;
   p.counts = a.counts;
   p.tokens = reinterpret_cast<const detail::TokenRowsDev*>(a.tokens);
-  p.candidates = static_cast<std::uint64_t*>(workspace);
   p.out = a.out;
   p.count = a.count;
   p.score_stride = a.score_stride;
   p.k = a.k;
   p.out_stride = a.out_stride;
-  p.chunk_rows = topk_chunk_rows(std::max<std::uint32_t>(a.max_rows, 1), a.k);
-  p.chunks = static_cast<std::uint32_t>((std::uint64_t{std::max<std::uint32_t>(a.max_rows, 1)} + p.chunk_rows - 1) / p.chunk_rows);
   p.ratio = a.ratio;
-  KVC_CUDA_TRY(detail::launch_topk(p, static_cast<cudaStream_t>(stream)));
+  KVC_CUDA_TRY(detail::launch_topk(p, static_cast<std::uint32_t>(detail::multiprocessors()), static_cast<cudaStream_t>(stream)));
   return ok_status();
 }
 

@@ -256,8 +256,7 @@ __device__ __forceinline__ int float_codes(const float (&v)[64], std::uint32_t (
 
 // Two e4m3 codes (the low 16 bits of pair) as floats, exactly (e4m3 values are fp16 values; NaN stays NaN).
 __device__ __forceinline__ float2 e4m3x2_to_float2(std::uint32_t pair) {
-  std::uint32_t h2;
-  asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h2) : "h"(static_cast<unsigned short>(pair & 0xFFFFu)));
+  const std::uint32_t h2 = e4m3x2_to_half2_bits(pair);
   return __half22float2(*reinterpret_cast<const __half2*>(&h2));
 }
 

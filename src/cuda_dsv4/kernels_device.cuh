@@ -113,4 +113,43 @@ __device__ __forceinline__ std::uint32_t pack_half2(float lo, float hi) {
   return *reinterpret_cast<const std::uint32_t*>(&h);
 }
 
+// Two e4m3 codes (the low 16 bits of pair) as the bits of a half2, the low byte's value in the low half. Exact:
+// every e4m3 value (at most 4 significant bits, magnitude 0 or in [2^-9, 448]) is an fp16 value.
+__device__ __forceinline__ std::uint32_t e4m3x2_to_half2_bits(std::uint32_t pair) {
+  std::uint32_t h2;
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h2) : "h"(static_cast<unsigned short>(pair & 0xFFFFu)));
+  return h2;
+}
+
+// Eight e4m3 codes (bytes of codes.x then codes.y, low byte first) times 2^e, rounded to fp16: four half2 words,
+// code 2k in the low half of word k. Bit for bit the scalar decode pack_half2(ldexpf(e4m3_to_f32(c), e), ..)
+// for every e. Fast path for e in [-24, 15], where 2^e is an fp16 value (subnormal below -14): the codes
+// convert exactly to fp16 and one mul.rn.f16x2 rounds x * 2^e to fp16. The scalar path also rounds that same
+// real number once: with |x * 2^e| in [2^-33, 448 * 2^15] and 4 significant bits, ldexpf is exact in f32
+// and only the cvt.rn to fp16 rounds. Both roundings are IEEE round-to-nearest-even with subnormals kept, so
+// they agree on subnormal results, on underflow to zero (its sign the product's), on overflow to inf
+// (|x * 2^e| >= 65520) and on -0 (-0 * 2^e = -0). The NaN codes 0x7F / 0xFF give NaN both ways; the bit
+// pattern of that NaN is the hardware's, and the device self-test (fp8_decode_selftest.cu) checks it too.
+__device__ __forceinline__ uint4 e4m3x8_scaled_to_half8(uint2 codes, int e) {
+  if (e >= -24 && e <= 15) {
+    const std::uint32_t p = e >= -14 ? static_cast<std::uint32_t>(e + 15) << 10 : 1u << (e + 24);
+    const std::uint32_t p2 = p * 0x10001u;  // 2^e in both halves
+    const __half2 s = *reinterpret_cast<const __half2*>(&p2);
+    auto scaled = [&](std::uint32_t pair) {
+      const std::uint32_t h = e4m3x2_to_half2_bits(pair);
+      const __half2 r = __hmul2_rn(*reinterpret_cast<const __half2*>(&h), s);
+      return *reinterpret_cast<const std::uint32_t*>(&r);
+    };
+    return make_uint4(scaled(codes.x), scaled(codes.x >> 16), scaled(codes.y), scaled(codes.y >> 16));
+  }
+  // 2^e outside fp16 (blocks with amax below ~2^-16, and all-zero blocks, which carry e = -127): the scalar decode.
+  float f[8];
+#pragma unroll
+  for (int b = 0; b < 4; ++b) {
+    f[b] = ldexpf(e4m3_to_f32((codes.x >> (8 * b)) & 0xFFu), e);
+    f[4 + b] = ldexpf(e4m3_to_f32((codes.y >> (8 * b)) & 0xFFu), e);
+  }
+  return make_uint4(pack_half2(f[0], f[1]), pack_half2(f[2], f[3]), pack_half2(f[4], f[5]), pack_half2(f[6], f[7]));
+}
+
 }  // namespace kvcompact::cuda::dsv4::detail

@@ -81,18 +81,16 @@ ScoreKernelInfo prepare_indexer_scores();  // sets the kernel's shared-memory li
 cudaError_t launch_indexer_scores(const ScoreParams& p, cudaStream_t stream);
 
 // ---- top-k --------------------------------------------------------------------------------------------
-inline constexpr std::uint32_t kTopkMaxK = 2048;
-inline constexpr std::uint32_t kTopkMaxCandidates = 16384;  // stage 2 keeps them in shared memory
-inline constexpr std::uint32_t kTopkMaxChunk = 16384;       // stage 1 keeps a chunk in shared memory
+inline constexpr std::uint32_t kTopkMaxK = 2048;  // the selected keys are held in shared memory
 struct TopkParams {
   const float* scores;  // [tokens, score_stride]
   const std::uint32_t* counts;  // [tokens] or null (then from positions)
   const TokenRowsDev* tokens;   // used when counts is null: (position + 1) / ratio
-  std::uint64_t* candidates;    // [tokens, chunks, k]
   std::int32_t* out;            // [tokens, out_stride]
-  std::uint32_t count, score_stride, k, out_stride, chunk_rows, chunks, ratio;
+  std::uint32_t count, score_stride, k, out_stride, ratio;
 };
-cudaError_t launch_topk(const TopkParams& p, cudaStream_t stream);
+// The block count per token follows from count and the device's multiprocessors.
+cudaError_t launch_topk(const TopkParams& p, std::uint32_t multiprocessors, cudaStream_t stream);
 
 // ---- sparse attention ---------------------------------------------------------------------------------
 inline constexpr std::uint32_t kAttnTileRows = 64;
@@ -115,5 +113,17 @@ struct AttentionParams {
 };
 cudaError_t prepare_attention();
 cudaError_t launch_attention(const AttentionParams& p, cudaStream_t stream);
+
+// ---- FP8 row decode self-test (tests/cuda_dsv4/fp8_decode_test.cpp) -----------------------------------
+// The attention kernel's FP8 decode (e4m3x8_scaled_to_half8) against the scalar formula it replaced, for all
+// 256 codes at all 8 byte positions of a piece and every block exponent e in [-127, 128].
+struct Fp8DecodeSelftest {
+  std::uint32_t mismatches;      // fp16 results whose bits differ, not counting NaN against NaN
+  std::uint32_t nan_mismatches;  // both NaN, bit patterns differ
+  // The first differing case, (e + 127) << 40 | code << 32 | fast bits << 16 | scalar bits; all ones if none.
+  unsigned long long first;
+};
+// out: device memory; the launch resets it.
+cudaError_t launch_fp8_decode_selftest(Fp8DecodeSelftest* out, cudaStream_t stream);
 
 }  // namespace kvcompact::cuda::dsv4::detail

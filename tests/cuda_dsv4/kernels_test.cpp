@@ -547,8 +547,8 @@ TEST(CudaDsv4KernelsSmall, AttentionTiny) {
 
 // Host-side argument checks: no device needed (they fail before any CUDA call), so CI runs them too.
 TEST(CudaDsv4KernelsArgs, InvalidArgumentsAreRejected) {
-  EXPECT_EQ(topk_max_rows(512), 524288u);
-  EXPECT_EQ(topk_max_rows(1024), 262144u);
+  EXPECT_EQ(topk_max_rows(512), 0x7FFFFFFFu);
+  EXPECT_EQ(topk_max_rows(2048), 0x7FFFFFFFu);
   EXPECT_EQ(topk_max_rows(0), 0u);
   EXPECT_EQ(topk_max_rows(4096), 0u);
   alignas(16) static float dummy[64];
@@ -569,8 +569,10 @@ TEST(CudaDsv4KernelsArgs, InvalidArgumentsAreRejected) {
   ta.k = 0;
   EXPECT_EQ(code(indexer_topk(ta, dummy, 1 << 20, nullptr)), ErrorCode::InvalidArgument);
   ta.k = 512;
-  ta.max_rows = 524289;
+  ta.max_rows = 0x80000000u;
   EXPECT_EQ(code(indexer_topk(ta, dummy, 1 << 20, nullptr)), ErrorCode::Unsupported);
+  ta.max_rows = 1000;
+  EXPECT_EQ(code(indexer_topk(ta, nullptr, 0, nullptr)), ErrorCode::InvalidArgument);  // no scores / out
   AttentionArgs aa;
   aa.count = 1;
   aa.heads = 20;
@@ -684,6 +686,23 @@ TEST(CudaDsv4Kernels, TopkMatchesCpu) {
   run_topk_case("all-equal", all_equal, 512);
   std::vector<std::vector<float>> smooth(1, normal(rng, 262144));
   run_topk_case("normal-262144", smooth, 512);
+  // Beyond the previous version's row limit (524288 for k = 512), the widest k, k = 1, only NaN, and a batch
+  // that takes one block per token instead of a cluster (more than 2 x multiprocessors / 8 tokens).
+  std::vector<std::vector<float>> long_rows(1, normal(rng, 700001));
+  for (std::size_t j = 3; j < long_rows[0].size(); j += 4099) long_rows[0][j] = long_rows[0][j - 3];  // exact ties
+  run_topk_case("normal-700001", long_rows, 512);
+  run_topk_case("normal-700001-k2048", long_rows, 2048);
+  run_topk_case("normal-700001-k1", long_rows, 1);
+  std::vector<std::vector<float>> nans(1, std::vector<float>(3000, std::numeric_limits<float>::quiet_NaN()));
+  run_topk_case("all-nan", nans, 512);
+  std::vector<std::vector<float>> many;
+  for (int t = 0; t < 80; ++t) {
+    std::vector<float> s(static_cast<std::size_t>(1000 + 397 * t));
+    std::uniform_int_distribution<int> q(-20, 20);
+    for (auto& x : s) x = static_cast<float>(q(rng));
+    many.push_back(std::move(s));
+  }
+  run_topk_case("80-tokens-quantised", many, 512);
 }
 
 TEST(CudaDsv4Kernels, AttentionMatchesOracle) {

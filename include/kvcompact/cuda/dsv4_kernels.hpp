@@ -83,8 +83,10 @@ struct TopkArgs {
   std::int32_t* out = nullptr;  // device [count, out_stride]; k entries per token, -1 past min(k, rows)
   std::uint32_t out_stride = 0;
 };
-// Largest row count one token may have for this k (the selection's shared-memory bound).
+// Largest row count one token may have for this k: 2^31 - 1 (int32 indices) for k in [1, 2048], else 0.
 std::uint32_t topk_max_rows(std::uint32_t k);
+// Workspace of indexer_topk: 0 bytes in this version (the selection needs none; the workspace argument may be
+// null). Kept in the API so that callers size it the same way whatever a later version needs.
 std::uint64_t topk_workspace_bytes(std::uint32_t count, std::uint32_t max_rows, std::uint32_t k);
 // Same indices as kvcompact::dsv4::indexer_topk (higher score first, then lower index, NaN last).
 Status indexer_topk(const TopkArgs& args, void* workspace, std::uint64_t workspace_bytes, void* stream);
