@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 
 #include "kernels_device.cuh"
@@ -32,6 +33,10 @@ struct AttnSmem {
   float l[kAttnBlockHeads];
   const std::uint8_t* rows[kAttnTileRows];
 };
+
+// ldmatrix rows: 16-byte aligned, and an odd number of 16-byte units apart so 8 rows are bank-conflict free.
+static_assert(offsetof(AttnSmem, q) % 16 == 0 && offsetof(AttnSmem, k) % 16 == 0 && offsetof(AttnSmem, pr) % 16 == 0);
+static_assert(kQStride * 2 % 32 == 16 && kKStride * 2 % 32 == 16 && kPStride * 2 % 32 == 16);
 
 __device__ __forceinline__ const std::uint8_t* row_pointer(const AttentionParams& p, const TokenRowsDev& d,
                                                            std::uint32_t token, std::uint32_t j, std::uint32_t nw) {
@@ -165,21 +170,20 @@ __global__ void __launch_bounds__(kAttnThreads, 1) attention_split_kernel(Attent
     // ---- S = Q K^T: warp (group, quarter) takes 16 heads x rows [16 quarter, 16 quarter + 16).
     if (active) {
       float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
-      const __half* qa = &sm.q[(hg * 16 + g) * kQStride + 2 * tig];
-      const __half* kb0 = &sm.k[(quarter * 16 + g) * kKStride + 2 * tig];
-      const __half* kb1 = kb0 + 8 * kKStride;
+      // Fragments by ldmatrix x4 (matrix i <- lanes 8i..8i+7). A: matrices (rows 0-7 | 8-15) x (cols c | c+8)
+      // in a0..a3 order, so lane l points at row l % 16, col c + 8 (l / 16). B (K row-major per key row):
+      // b0, b1 of n-tile 0 then of n-tile 1, so lane l points at key row (l % 8) + 8 (l / 16), col
+      // c + 8 ((l / 8) % 2). Rows are 1040 bytes (16-byte aligned, 8 rows hit 8 distinct 16-byte bank groups).
+      const __half* qa = &sm.q[(hg * 16 + (lane & 15)) * kQStride + (lane >> 4) * 8];
+      const __half* kb = &sm.k[(quarter * 16 + (lane & 7) + (lane >> 4) * 8) * kKStride + ((lane >> 3) & 1) * 8];
 #pragma unroll 4
       for (unsigned ks = 0; ks < kHeadDim / 16; ++ks) {
         const unsigned c = ks * 16;
-        std::uint32_t a[4];
-        a[0] = *reinterpret_cast<const std::uint32_t*>(qa + c);
-        a[1] = *reinterpret_cast<const std::uint32_t*>(qa + 8 * kQStride + c);
-        a[2] = *reinterpret_cast<const std::uint32_t*>(qa + c + 8);
-        a[3] = *reinterpret_cast<const std::uint32_t*>(qa + 8 * kQStride + c + 8);
-        mma_f16(s[0], a, *reinterpret_cast<const std::uint32_t*>(kb0 + c),
-                *reinterpret_cast<const std::uint32_t*>(kb0 + c + 8));
-        mma_f16(s[1], a, *reinterpret_cast<const std::uint32_t*>(kb1 + c),
-                *reinterpret_cast<const std::uint32_t*>(kb1 + c + 8));
+        std::uint32_t a[4], b[4];
+        ldmatrix_x4(a, qa + c);
+        ldmatrix_x4(b, kb + c);
+        mma_f16(s[0], a, b[0], b[1]);
+        mma_f16(s[1], a, b[2], b[3]);
       }
       float* srow_lo = &sm.s[(hg * 16 + g) * kSStride];
       float* srow_hi = srow_lo + 8 * kSStride;
@@ -236,17 +240,15 @@ __global__ void __launch_bounds__(kAttnThreads, 1) attention_split_kernel(Attent
         o[nt][2] *= ah;
         o[nt][3] *= ah;
       }
-      const __half* pa = &sm.pr[(hg * 16 + g) * kPStride + 2 * tig];
+      // A as in QK^T: lane l points at row l % 16, col c + 8 (l / 16); rows are 144 bytes (aligned, conflict-free).
+      const __half* pa = &sm.pr[(hg * 16 + (lane & 15)) * kPStride + (lane >> 4) * 8];
       const unsigned krow = (lane & 7) + ((lane >> 3) & 1) * 8;
       const unsigned kcol = quarter * 128 + (lane >> 4) * 8;
 #pragma unroll
       for (unsigned ks = 0; ks < kAttnTileRows / 16; ++ks) {
         const unsigned c = ks * 16;
         std::uint32_t a[4];
-        a[0] = *reinterpret_cast<const std::uint32_t*>(pa + c);
-        a[1] = *reinterpret_cast<const std::uint32_t*>(pa + 8 * kPStride + c);
-        a[2] = *reinterpret_cast<const std::uint32_t*>(pa + c + 8);
-        a[3] = *reinterpret_cast<const std::uint32_t*>(pa + 8 * kPStride + c + 8);
+        ldmatrix_x4(a, pa + c);
 #pragma unroll
         for (int np = 0; np < 8; ++np) {
           std::uint32_t b[4];

@@ -100,6 +100,15 @@ __device__ __forceinline__ void mma_s8(int (&d)[4], const std::uint32_t (&a)[4],
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// ldmatrix x4: four 8x8 b16 matrices, row addresses (16-byte aligned) from lanes 0-7, 8-15, 16-23, 24-31;
+// register i of lane l holds row l / 4, elements 2 (l % 4), 2 (l % 4) + 1 of matrix i.
+__device__ __forceinline__ void ldmatrix_x4(std::uint32_t (&r)[4], const void* smem_row) {
+  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(smem_row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
 // ldmatrix x4 transposed: four 8x8 b16 matrices, row addresses from lanes 0-7, 8-15, 16-23, 24-31.
 __device__ __forceinline__ void ldmatrix_x4_trans(std::uint32_t (&r)[4], const void* smem_row) {
   const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(smem_row));

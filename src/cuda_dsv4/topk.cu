@@ -1,16 +1,18 @@
 // Exact top-k of the indexer scores with the CPU's order (higher score first, then lower index; NaN below
 // every number; unavailable slots -1).
 //
-// One cluster of kCluster blocks per token (distributed shared memory, hardware cluster barriers), each block
-// owning a contiguous eighth of the token's rows, read from global memory (L2: the score kernel has just
-// written them) once per pass:
-//   1. Radix select on the 32-bit order key of the score, most significant digit first (11, 11, 10 bits):
-//      every block histograms its rows, every block sums the cluster's histograms and finds the bin that
-//      holds the k-th largest key. It stops as soon as that bin is taken whole.
-//   2. If three digits leave more keys equal to the boundary score than places (ties), the lower indices
-//      win: each block ranks its ties in index order and the cluster adds the lower blocks' tie counts.
-//   3. Every block sends its selected (score, index) keys to the leader block; every block then copies the
-//      k keys and writes the final position of a k / kCluster share of them (rank = number of larger keys).
+// Each (score, index) is one distinct 64-bit key (order-preserving score bits, then ~index), so "higher score,
+// then lower index" is unsigned order and the answer is unique. A cluster of blocks per token (distributed
+// shared memory, hardware cluster barriers), each block owning a contiguous part of the token's rows:
+//   1. MSB-first radix select on the keys, digits of 11, 11, 10 | 11, 11, 10 bits: every block histograms its
+//      keys, every block sums the cluster's histograms and finds the bin that holds the k-th largest key;
+//      it stops as soon as that bin is taken whole (the index digits only run when scores tie at the bound).
+//      The first two digits read the scores from global memory (L2: the score kernel has just written them);
+//      while reading them the second time a block keeps the keys at or above the first digit's boundary bin
+//      in shared memory (if they fit, which they do unless most scores share their leading 11 bits), and the
+//      later digits and the selection scan only those.
+//   2. Every block sends its selected keys to the leader block; every block then copies the k keys and writes
+//      the final position of its share of them (position = number of larger keys).
 // (Replaces a two-kernel version — per-chunk candidates, then one block per token for the final select and a
 // bitonic sort — whose second kernel ran on a single multiprocessor: 31 + 20 µs per batch-1 call at 1M.)
 #include <cooperative_groups.h>
@@ -27,21 +29,22 @@ namespace {
 
 namespace cg = cooperative_groups;
 
-constexpr unsigned kCluster = 8;      // blocks per token when the grid would be small (the portable cluster size)
 constexpr unsigned kThreads = 1024;
 constexpr unsigned kBins = 2048;      // the widest digit: 11 bits
 constexpr unsigned kInFlight = 16;    // score loads a thread issues before using them
+constexpr unsigned kListCap = 8192;   // keys a block keeps in shared memory after the first digit
 
 using BlockScan = cub::BlockScan<std::uint32_t, kThreads>;
 
 struct TopkSmem {
   std::uint32_t hist[2][kBins];     // this block's histogram of the digit (by pass parity); the cluster reads it
   std::uint32_t total[kBins];       // the cluster's histogram of the current digit
+  std::uint64_t list[kListCap];     // this block's keys at or above the first digit's boundary bin
   std::uint64_t chosen[kTopkMaxK];  // leader block: the selected keys, unordered (every block appends)
   std::uint64_t keys[kTopkMaxK];    // every block: a copy of the leader's chosen keys, for ranking
   BlockScan::TempStorage scan;
+  std::uint32_t list_count;    // keys in list
   std::uint32_t chosen_count;  // leader block: slots taken in chosen
-  std::uint32_t tie_count;     // this block's ties of the boundary score (tie mode); higher blocks read it
   std::uint32_t bin, above, cnt;
 };
 
@@ -84,20 +87,35 @@ __device__ __forceinline__ void for_each_row(const float* sc, std::uint32_t begi
   }
 }
 
-// Appends key to the leader's chosen list (one remote atomic per warp when lanes agree to append).
-__device__ __forceinline__ void append_warp(bool take, std::uint64_t key, std::uint32_t* leader_count,
-                                            std::uint64_t* leader_chosen) {
+// Appends the taking lanes' keys at dst[*count ...] (one atomic per warp; count may be another block's).
+__device__ __forceinline__ void append_warp(bool take, std::uint64_t key, std::uint32_t* count, std::uint64_t* dst) {
   const unsigned mask = __ballot_sync(0xFFFFFFFFu, take);
   if (mask == 0) return;
   const unsigned lane = threadIdx.x % 32, first = static_cast<unsigned>(__ffs(static_cast<int>(mask)) - 1);
   std::uint32_t base = 0;
-  if (lane == first) base = atomicAdd(leader_count, static_cast<std::uint32_t>(__popc(mask)));
+  if (lane == first) base = atomicAdd(count, static_cast<std::uint32_t>(__popc(mask)));
   base = __shfl_sync(0xFFFFFFFFu, base, static_cast<int>(first));
-  if (take) leader_chosen[base + static_cast<std::uint32_t>(__popc(mask & ((1u << lane) - 1u)))] = key;
+  if (take) dst[base + static_cast<std::uint32_t>(__popc(mask & ((1u << lane) - 1u)))] = key;
 }
 
-// Cluster = the blocks of one token: kCluster when few tokens leave most multiprocessors idle, 1 for a prefill
-// chunk's thousands of tokens (then cluster.sync is a block barrier and the "remote" memory is the block's own).
+// Adds the counted lanes to hist[bin]. Keys of a token share their leading bits, so in the first digit most
+// warps agree on the bin: one lane then adds for the warp.
+__device__ __forceinline__ void count_warp(bool counted, std::uint32_t bin, std::uint32_t* hist) {
+  const unsigned voters = __ballot_sync(0xFFFFFFFFu, counted);
+  const std::uint32_t lo = __reduce_min_sync(0xFFFFFFFFu, counted ? bin : 0xFFFFFFFFu);
+  const std::uint32_t hi = __reduce_max_sync(0xFFFFFFFFu, counted ? bin : 0u);
+  if (lo == hi) {
+    if (voters != 0 && threadIdx.x % 32 == static_cast<unsigned>(__ffs(static_cast<int>(voters)) - 1)) {
+      atomicAdd(&hist[bin], static_cast<std::uint32_t>(__popc(voters)));
+    }
+  } else if (counted) {
+    atomicAdd(&hist[bin], 1u);
+  }
+}
+
+// Cluster = the blocks of one token: 16 or 8 when few tokens would leave most multiprocessors idle, 1 for a
+// prefill chunk's thousands of tokens (then the cluster barrier is a block barrier and "remote" memory the
+// block's own).
 template <unsigned Cluster>
 __global__ void __launch_bounds__(kThreads, 1) topk_kernel(TopkParams p) {
   extern __shared__ __align__(16) std::uint8_t smem_raw[];
@@ -131,100 +149,106 @@ __global__ void __launch_bounds__(kThreads, 1) topk_kernel(TopkParams p) {
   const float* sc = p.scores + static_cast<std::uint64_t>(token) * p.score_stride;
   const std::uint32_t per = (n + Cluster - 1) / Cluster;
   const std::uint32_t begin = min(n, rank * per), end = min(n, begin + per);
-  if (tid == 0) sm.chosen_count = 0;
-
-  // ---- 1. radix select on the score's order key: afterwards the kk best rows are those with
-  // (u >> shift) > prefix, plus those with (u >> shift) == prefix if `whole`, else the krem lowest-index ties.
-  std::uint32_t prefix = 0, krem = kk;
-  unsigned shift = 32;
-  bool whole = true;
-  if (kk < n) {
-    whole = false;
-    for (unsigned pass = 0; pass < 3 && !whole; ++pass) {
-      const unsigned bits = pass == 2 ? 10u : 11u;
-      shift -= bits;
-      std::uint32_t* hist = sm.hist[pass & 1u];
-      for (unsigned b = tid; b < kBins; b += kThreads) hist[b] = 0;
-      __syncthreads();
-      for_each_row(sc, begin, end, [&](bool valid, std::uint32_t, std::uint32_t u) {
-        const bool counted = valid && (pass == 0 || (u >> (shift + bits)) == prefix);
-        const std::uint32_t bin = (u >> shift) & ((1u << bits) - 1u);
-        // Scores of a token share their leading bits, so in the first digit most warps agree on the bin:
-        // one lane then adds for the warp.
-        const unsigned voters = __ballot_sync(0xFFFFFFFFu, counted);
-        const std::uint32_t lo = __reduce_min_sync(0xFFFFFFFFu, counted ? bin : 0xFFFFFFFFu);
-        const std::uint32_t hi = __reduce_max_sync(0xFFFFFFFFu, counted ? bin : 0u);
-        if (lo == hi) {
-          if (voters != 0 && tid % 32 == static_cast<unsigned>(__ffs(static_cast<int>(voters)) - 1)) {
-            atomicAdd(&hist[bin], static_cast<std::uint32_t>(__popc(voters)));
-          }
-        } else if (counted) {
-          atomicAdd(&hist[bin], 1u);
-        }
-      });
-      sync_cluster();  // every block's histogram is complete (and chosen_count zeroed before any append)
-      for (unsigned b = tid; b < kBins; b += kThreads) {
-        std::uint32_t part[Cluster];
-#pragma unroll
-        for (unsigned c = 0; c < Cluster; ++c) part[c] = remote(hist, c)[b];
-        std::uint32_t s = 0;
-#pragma unroll
-        for (unsigned c = 0; c < Cluster; ++c) s += part[c];
-        sm.total[b] = s;
-      }
-      __syncthreads();
-      // Thread t owns bins 2047 - 2t and 2046 - 2t: an inclusive scan in thread order counts the keys in
-      // higher-or-equal bins.
-      const std::uint32_t c0 = sm.total[kBins - 1 - 2 * tid], c1 = sm.total[kBins - 2 - 2 * tid];
-      std::uint32_t incl = 0;
-      BlockScan(sm.scan).InclusiveSum(c0 + c1, incl);
-      const std::uint32_t excl = incl - c0 - c1;
-      if (excl < krem && krem <= incl) {
-        const bool first = excl + c0 >= krem;
-        sm.bin = first ? kBins - 1 - 2 * tid : kBins - 2 - 2 * tid;
-        sm.above = first ? excl : excl + c0;
-        sm.cnt = first ? c0 : c1;
-      }
-      __syncthreads();
-      krem -= sm.above;
-      prefix = (prefix << bits) | sm.bin;
-      whole = sm.cnt == krem;
-      __syncthreads();  // (sm.bin / above / cnt are rewritten by the next pass)
-    }
+  if (tid == 0) {
+    sm.chosen_count = 0;
+    sm.list_count = 0;
   }
-  if (n <= p.k) sync_cluster();  // (no pass ran: chosen_count must be zero before any block appends)
+  // This block's keys: from the list once it holds them, else from the scores.
+  bool listed = false;
+  auto for_each_key = [&](auto&& f) {
+    if (listed) {
+      const std::uint32_t m = sm.list_count;
+      for (std::uint32_t j0 = 0; j0 < m; j0 += kThreads) {
+        const std::uint32_t j = j0 + tid;
+        f(j < m, j < m ? sm.list[j] : 0ull);
+      }
+    } else {
+      for_each_row(sc, begin, end, [&](bool valid, std::uint32_t i, std::uint32_t u) { f(valid, composite(u, i)); });
+    }
+  };
 
-  // ---- 2. send the selected keys to the leader.
+  // ---- 1. radix select: afterwards the kk best keys are those with (key >> shift) >= prefix.
+  std::uint64_t prefix = 0;
+  std::uint32_t krem = kk;
+  unsigned shift = 64;
+  bool whole = kk == n;
+  for (unsigned digit = 0; digit < 6 && !whole; ++digit) {
+    const unsigned bits = digit % 3 == 2 ? 10u : 11u;
+    shift -= bits;
+    std::uint32_t* hist = sm.hist[digit & 1u];
+    for (unsigned b = tid; b < kBins; b += kThreads) hist[b] = 0;
+    if (digit == 1) {
+      // Keep the keys at or above the first digit's boundary bin if this block's share of them fits.
+      const std::uint32_t b0 = static_cast<std::uint32_t>(prefix);
+      const unsigned t0 = kBins - 1 - 2 * tid, t1 = kBins - 2 - 2 * tid;
+      const std::uint32_t mine = (t0 >= b0 ? sm.hist[0][t0] : 0u) + (t1 >= b0 ? sm.hist[0][t1] : 0u);
+      std::uint32_t ignored = 0, at_or_above = 0;
+      BlockScan(sm.scan).ExclusiveSum(mine, ignored, at_or_above);
+      const bool fill = at_or_above <= kListCap;
+      __syncthreads();
+      for_each_row(sc, begin, end, [&](bool valid, std::uint32_t i, std::uint32_t u) {
+        const std::uint32_t top = u >> 21;
+        count_warp(valid && top == b0, (u >> 10) & (kBins - 1), hist);
+        if (fill) append_warp(valid && top >= b0, composite(u, i), &sm.list_count, sm.list);
+      });
+      listed = fill;
+    } else {
+      __syncthreads();
+      const std::uint64_t match = prefix;
+      const unsigned high = shift + bits;
+      for_each_key([&](bool valid, std::uint64_t key) {
+        const bool counted = valid && (digit == 0 || (key >> high) == match);
+        count_warp(counted, static_cast<std::uint32_t>(key >> shift) & ((1u << bits) - 1u), hist);
+      });
+    }
+    sync_cluster();  // every block's histogram (and list) is complete; chosen_count is zero before any append
+    // The cluster's histogram: block r adds up the bins of its slice over all blocks and writes the sums into
+    // every block's total (each block reads and writes 1 / Cluster of the bins per block instead of reading
+    // every block's whole histogram: distributed shared memory is the slow part of this kernel at batch 1).
+    constexpr unsigned kSlice = kBins / Cluster;
+    for (unsigned i = tid; i < kSlice; i += kThreads) {
+      const unsigned b = rank * kSlice + i;
+      std::uint32_t part[Cluster];
+#pragma unroll
+      for (unsigned c = 0; c < Cluster; ++c) part[c] = remote(hist, c)[b];
+      std::uint32_t sum = 0;
+#pragma unroll
+      for (unsigned c = 0; c < Cluster; ++c) sum += part[c];
+#pragma unroll
+      for (unsigned c = 0; c < Cluster; ++c) remote(sm.total, c)[b] = sum;
+    }
+    sync_cluster();  // every block's total is complete
+    // Thread t owns bins 2047 - 2t and 2046 - 2t: an inclusive scan in thread order counts the keys in
+    // higher-or-equal bins.
+    const std::uint32_t c0 = sm.total[kBins - 1 - 2 * tid], c1 = sm.total[kBins - 2 - 2 * tid];
+    std::uint32_t incl = 0;
+    BlockScan(sm.scan).InclusiveSum(c0 + c1, incl);
+    const std::uint32_t excl = incl - c0 - c1;
+    if (excl < krem && krem <= incl) {
+      const bool first = excl + c0 >= krem;
+      sm.bin = first ? kBins - 1 - 2 * tid : kBins - 2 - 2 * tid;
+      sm.above = first ? excl : excl + c0;
+      sm.cnt = first ? c0 : c1;
+    }
+    __syncthreads();
+    krem -= sm.above;
+    prefix = (prefix << bits) | sm.bin;
+    whole = sm.cnt == krem;
+    __syncthreads();  // (sm.bin / above / cnt are rewritten by the next digit)
+  }
+  if (kk == n) sync_cluster();  // (no digit ran: chosen_count must be zero before any block appends)
+
+  // ---- 2. send the selected keys to the leader (exactly kk: the keys are distinct).
   std::uint32_t* leader_count = remote(&sm.chosen_count, 0);
   std::uint64_t* leader_chosen = remote(sm.chosen, 0);
-  if (whole) {
+  {
     const std::uint64_t bound = prefix;
-    for_each_row(sc, begin, end, [&](bool valid, std::uint32_t i, std::uint32_t u) {
-      const bool take = valid && (static_cast<std::uint64_t>(u) >> shift) >= bound;
-      append_warp(take, composite(u, i), leader_count, leader_chosen);
+    const unsigned sh = shift;
+    for_each_key([&](bool valid, std::uint64_t key) {
+      append_warp(valid && (sh == 64 || (key >> sh) >= bound), key, leader_count, leader_chosen);
     });
-  } else {
-    // Tie mode (shift == 0, prefix = the boundary score's key): all higher keys, and the krem ties of lowest
-    // index. A thread walks a contiguous range so that ties are ranked in index order by one block scan.
-    const std::uint32_t span = (end - begin + kThreads - 1) / kThreads;
-    const std::uint32_t r0 = min(end, begin + tid * span), r1 = min(end, r0 + span);
-    std::uint32_t mine = 0;
-    for (std::uint32_t i = r0; i < r1; ++i) mine += order_key(__ldg(sc + i)) == prefix ? 1u : 0u;
-    std::uint32_t before = 0, block_ties = 0;
-    BlockScan(sm.scan).ExclusiveSum(mine, before, block_ties);
-    if (tid == 0) sm.tie_count = block_ties;
-    sync_cluster();
-    if constexpr (Cluster > 1) {
-      for (unsigned c = 0; c < rank; ++c) before += *remote(&sm.tie_count, c);
-    }
-    for (std::uint32_t i = r0; i < r1; ++i) {
-      const std::uint32_t u = order_key(__ldg(sc + i));
-      bool take = u > prefix;
-      if (u == prefix) take = before++ < krem;
-      if (take) leader_chosen[atomicAdd(leader_count, 1u)] = composite(u, i);
-    }
   }
-  sync_cluster();  // the leader holds exactly kk keys
+  sync_cluster();
 
   // ---- 3. every block copies the kk keys and places its share: position = number of larger keys.
   for (std::uint32_t j = tid; j < kk; j += kThreads) sm.keys[j] = leader_chosen[j];
@@ -244,33 +268,76 @@ __global__ void __launch_bounds__(kThreads, 1) topk_kernel(TopkParams p) {
   }
 }
 
+// Launch with `Cluster` blocks per token (a runtime cluster dimension; 16 needs the non-portable size).
+template <unsigned Cluster>
+cudaLaunchConfig_t cluster_config(const TopkParams& p, cudaStream_t stream, cudaLaunchAttribute* attr) {
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(Cluster, p.count);
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = sizeof(TopkSmem);
+  config.stream = stream;
+  attr->id = cudaLaunchAttributeClusterDimension;
+  attr->val.clusterDim.x = Cluster;
+  attr->val.clusterDim.y = 1;
+  attr->val.clusterDim.z = 1;
+  config.attrs = attr;
+  config.numAttrs = 1;
+  return config;
+}
+
+template <unsigned Cluster>
+cudaError_t prepare_kernel() {
+  cudaError_t e = cudaFuncSetAttribute(topk_kernel<Cluster>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(sizeof(TopkSmem)));
+  if (e == cudaSuccess && Cluster > 8) e = cudaFuncSetAttribute(topk_kernel<Cluster>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+  return e;
+}
+
+// Clusters of this size that can run at once (0 when the device cannot place one).
+template <unsigned Cluster>
+int max_active_clusters() {
+  static const int active = [] {
+    if (prepare_kernel<Cluster>() != cudaSuccess) {
+      (void)cudaGetLastError();
+      return 0;
+    }
+    TopkParams probe{};
+    probe.count = 1;
+    cudaLaunchAttribute attr{};
+    const cudaLaunchConfig_t config = cluster_config<Cluster>(probe, nullptr, &attr);
+    int n = 0;
+    if (cudaOccupancyMaxActiveClusters(&n, topk_kernel<Cluster>, &config) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return 0;
+    }
+    return n;
+  }();
+  return active;
+}
+
+template <unsigned Cluster>
+cudaError_t launch_clusters(const TopkParams& p, cudaStream_t stream) {
+  const cudaError_t e = prepare_kernel<Cluster>();
+  if (e != cudaSuccess) return e;
+  cudaLaunchAttribute attr{};
+  const cudaLaunchConfig_t config = cluster_config<Cluster>(p, stream, &attr);
+  return cudaLaunchKernelEx(&config, topk_kernel<Cluster>, p);
+}
+
 }  // namespace
 
 cudaError_t launch_topk(const TopkParams& p, std::uint32_t multiprocessors, cudaStream_t stream) {
   if (p.count == 0) return cudaSuccess;
-  constexpr int kSmem = static_cast<int>(sizeof(TopkSmem));
-  // (Attributes set on every launch: cheap, and valid whichever device is current.)
-  if (std::uint64_t{p.count} * kCluster > 2ull * multiprocessors) {
-    const cudaError_t e = cudaFuncSetAttribute(topk_kernel<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
-    if (e != cudaSuccess) return e;
-    topk_kernel<1><<<p.count, kThreads, kSmem, stream>>>(p);
-    return cudaGetLastError();
+  // Few tokens: as many multiprocessors per token as fit at once (16 where a GPC can host such a cluster, the
+  // H200's can); many tokens: one block each.
+  if (std::uint64_t{p.count} * 16 <= multiprocessors && static_cast<std::uint32_t>(max_active_clusters<16>()) >= p.count) {
+    return launch_clusters<16>(p, stream);
   }
-  const cudaError_t e = cudaFuncSetAttribute(topk_kernel<kCluster>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+  if (std::uint64_t{p.count} * 8 <= 2ull * multiprocessors) return launch_clusters<8>(p, stream);
+  const cudaError_t e = prepare_kernel<1>();
   if (e != cudaSuccess) return e;
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(kCluster, p.count);
-  config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = kSmem;
-  config.stream = stream;
-  cudaLaunchAttribute cluster{};
-  cluster.id = cudaLaunchAttributeClusterDimension;
-  cluster.val.clusterDim.x = kCluster;
-  cluster.val.clusterDim.y = 1;
-  cluster.val.clusterDim.z = 1;
-  config.attrs = &cluster;
-  config.numAttrs = 1;
-  return cudaLaunchKernelEx(&config, topk_kernel<kCluster>, p);
+  topk_kernel<1><<<p.count, kThreads, sizeof(TopkSmem), stream>>>(p);
+  return cudaGetLastError();
 }
 
 }  // namespace kvcompact::cuda::dsv4::detail

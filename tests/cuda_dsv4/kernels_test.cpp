@@ -703,6 +703,13 @@ TEST(CudaDsv4Kernels, TopkMatchesCpu) {
     many.push_back(std::move(s));
   }
   run_topk_case("80-tokens-quantised", many, 512);
+  // Every score in one bin of the first 11-bit digit (1 + q 2^-12, 1024 values, ~256 rows each): the blocks'
+  // keys at or above that bin do not fit their shared-memory list, so the later digits (score and index) read
+  // the scores from global memory again.
+  std::vector<std::vector<float>> one_bin(1, std::vector<float>(262144));
+  std::uniform_int_distribution<int> qb(0, 1023);
+  for (auto& x : one_bin[0]) x = 1.0f + static_cast<float>(qb(rng)) * (1.0f / 4096.0f);
+  run_topk_case("one-first-digit-bin", one_bin, 512);
 }
 
 TEST(CudaDsv4Kernels, AttentionMatchesOracle) {
