@@ -5,7 +5,8 @@
 // then lower index" is unsigned order and the answer is unique. A cluster of blocks per token (distributed
 // shared memory, hardware cluster barriers), each block owning a contiguous part of the token's rows:
 //   1. MSB-first radix select on the keys, digits of 11, 11, 10 | 11, 11, 10 bits: every block histograms its
-//      keys, every block sums the cluster's histograms and finds the bin that holds the k-th largest key;
+//      keys and adds its nonzero bins into every block's copy of the cluster's histogram (one cluster
+//      barrier per digit), then finds the bin that holds the k-th largest key;
 //      it stops as soon as that bin is taken whole (the index digits only run when scores tie at the bound).
 //      The first two digits read the scores from global memory (L2: the score kernel has just written them);
 //      while reading them the second time a block keeps the keys at or above the first digit's boundary bin
@@ -37,8 +38,8 @@ constexpr unsigned kListCap = 8192;   // keys a block keeps in shared memory aft
 using BlockScan = cub::BlockScan<std::uint32_t, kThreads>;
 
 struct TopkSmem {
-  std::uint32_t hist[2][kBins];     // this block's histogram of the digit (by pass parity); the cluster reads it
-  std::uint32_t total[kBins];       // the cluster's histogram of the current digit
+  std::uint32_t hist[2][kBins];     // this block's histogram of the digit (by digit parity)
+  std::uint32_t total[2][kBins];    // the cluster's histogram of the digit (by parity; every block adds into it)
   std::uint64_t list[kListCap];     // this block's keys at or above the first digit's boundary bin
   std::uint64_t chosen[kTopkMaxK];  // leader block: the selected keys, unordered (every block appends)
   std::uint64_t keys[kTopkMaxK];    // every block: a copy of the leader's chosen keys, for ranking
@@ -172,6 +173,8 @@ __global__ void __launch_bounds__(kThreads, 1) topk_kernel(TopkParams p) {
   std::uint32_t krem = kk;
   unsigned shift = 64;
   bool whole = kk == n;
+  for (unsigned b = tid; b < kBins; b += kThreads) sm.total[0][b] = sm.total[1][b] = 0;
+  sync_cluster();  // every block's totals and counters are zero before any block adds or appends to them
   for (unsigned digit = 0; digit < 6 && !whole; ++digit) {
     const unsigned bits = digit % 3 == 2 ? 10u : 11u;
     shift -= bits;
@@ -201,26 +204,25 @@ __global__ void __launch_bounds__(kThreads, 1) topk_kernel(TopkParams p) {
         count_warp(counted, static_cast<std::uint32_t>(key >> shift) & ((1u << bits) - 1u), hist);
       });
     }
-    sync_cluster();  // every block's histogram (and list) is complete; chosen_count is zero before any append
-    // The cluster's histogram: block r adds up the bins of its slice over all blocks and writes the sums into
-    // every block's total (each block reads and writes 1 / Cluster of the bins per block instead of reading
-    // every block's whole histogram: distributed shared memory is the slow part of this kernel at batch 1).
-    constexpr unsigned kSlice = kBins / Cluster;
-    for (unsigned i = tid; i < kSlice; i += kThreads) {
-      const unsigned b = rank * kSlice + i;
-      std::uint32_t part[Cluster];
+    __syncthreads();  // this block's histogram (and list) is complete
+    // The cluster's histogram: every block adds its nonzero bins into every block's total with remote atomics
+    // (a token's keys fall into few bins of a digit, so this is a few hundred to a few thousand atomics per
+    // block; reading every block's whole histogram instead made distributed shared memory this kernel's
+    // bottleneck at batch 1). The next digit's total is zeroed here: its last reader was the previous digit's
+    // scan, and no block adds to it before the barrier below.
+    std::uint32_t* total = sm.total[digit & 1u];
+    for (unsigned b = tid; b < kBins; b += kThreads) {
+      const std::uint32_t v = hist[b];
+      if (v != 0) {
 #pragma unroll
-      for (unsigned c = 0; c < Cluster; ++c) part[c] = remote(hist, c)[b];
-      std::uint32_t sum = 0;
-#pragma unroll
-      for (unsigned c = 0; c < Cluster; ++c) sum += part[c];
-#pragma unroll
-      for (unsigned c = 0; c < Cluster; ++c) remote(sm.total, c)[b] = sum;
+        for (unsigned c = 0; c < Cluster; ++c) atomicAdd(remote(total, c) + b, v);
+      }
+      sm.total[(digit + 1) & 1u][b] = 0;
     }
-    sync_cluster();  // every block's total is complete
+    sync_cluster();  // every block's total of this digit is complete
     // Thread t owns bins 2047 - 2t and 2046 - 2t: an inclusive scan in thread order counts the keys in
     // higher-or-equal bins.
-    const std::uint32_t c0 = sm.total[kBins - 1 - 2 * tid], c1 = sm.total[kBins - 2 - 2 * tid];
+    const std::uint32_t c0 = total[kBins - 1 - 2 * tid], c1 = total[kBins - 2 - 2 * tid];
     std::uint32_t incl = 0;
     BlockScan(sm.scan).InclusiveSum(c0 + c1, incl);
     const std::uint32_t excl = incl - c0 - c1;
@@ -236,7 +238,6 @@ __global__ void __launch_bounds__(kThreads, 1) topk_kernel(TopkParams p) {
     whole = sm.cnt == krem;
     __syncthreads();  // (sm.bin / above / cnt are rewritten by the next digit)
   }
-  if (kk == n) sync_cluster();  // (no digit ran: chosen_count must be zero before any block appends)
 
   // ---- 2. send the selected keys to the leader (exactly kk: the keys are distinct).
   std::uint32_t* leader_count = remote(&sm.chosen_count, 0);
