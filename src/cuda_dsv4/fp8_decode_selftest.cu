@@ -1,6 +1,6 @@
 // Device self-test of the FP8 row decode of the attention kernel: e4m3x8_scaled_to_half8 (kernels_device.cuh,
-// the function the kernel calls) against the scalar formula it replaced, ldexpf(e4m3_to_f32(code), e) rounded to
-// fp16 by pack_half2, compared bit for bit. Run by tests/cuda_dsv4/fp8_decode_test.cpp.
+// the function the kernel calls) against the scalar formula it replaced (e4m3x8_scaled_to_half8_scalar:
+// ldexpf(e4m3_to_f32(code), e) rounded to fp16 by pack_half2), compared bit for bit. Run by tests/cuda_dsv4/fp8_decode_test.cpp.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -32,16 +32,9 @@ __global__ void __launch_bounds__(kSelftestThreads) fp8_decode_selftest_kernel(F
     }
   }
   const uint4 fast4 = e4m3x8_scaled_to_half8(codes, e);
-  // The decode the kernel had before the fast path, as it was written there.
-  float f[8];
-#pragma unroll
-  for (int b = 0; b < 4; ++b) {
-    f[b] = ldexpf(e4m3_to_f32((codes.x >> (8 * b)) & 0xFFu), e);
-    f[4 + b] = ldexpf(e4m3_to_f32((codes.y >> (8 * b)) & 0xFFu), e);
-  }
+  const uint4 ref4 = e4m3x8_scaled_to_half8_scalar(codes, e);  // the decode the kernel had before the fast path
   const std::uint32_t fast[4] = {fast4.x, fast4.y, fast4.z, fast4.w};
-  const std::uint32_t ref[4] = {pack_half2(f[0], f[1]), pack_half2(f[2], f[3]), pack_half2(f[4], f[5]),
-                                pack_half2(f[6], f[7])};
+  const std::uint32_t ref[4] = {ref4.x, ref4.y, ref4.z, ref4.w};
   auto is_nan = [](std::uint32_t h) { return (h & 0x7FFFu) > 0x7C00u; };
 #pragma unroll
   for (unsigned b = 0; b < 8; ++b) {

@@ -130,9 +130,19 @@ __device__ __forceinline__ std::uint32_t e4m3x2_to_half2_bits(std::uint32_t pair
   return h2;
 }
 
-// Eight e4m3 codes (bytes of codes.x then codes.y, low byte first) times 2^e, rounded to fp16: four half2 words,
-// code 2k in the low half of word k. Bit for bit the scalar decode pack_half2(ldexpf(e4m3_to_f32(c), e), ..)
-// for every e. Fast path for e in [-24, 15], where 2^e is an fp16 value (subnormal below -14): the codes
+// Eight e4m3 codes (bytes of codes.x then codes.y, low byte first) times 2^e, rounded to fp16 value by value:
+// four half2 words, code 2k in the low half of word k. The scalar reference of e4m3x8_scaled_to_half8.
+__device__ __forceinline__ uint4 e4m3x8_scaled_to_half8_scalar(uint2 codes, int e) {
+  float f[8];
+#pragma unroll
+  for (int b = 0; b < 4; ++b) {
+    f[b] = ldexpf(e4m3_to_f32((codes.x >> (8 * b)) & 0xFFu), e);
+    f[4 + b] = ldexpf(e4m3_to_f32((codes.y >> (8 * b)) & 0xFFu), e);
+  }
+  return make_uint4(pack_half2(f[0], f[1]), pack_half2(f[2], f[3]), pack_half2(f[4], f[5]), pack_half2(f[6], f[7]));
+}
+
+// The same, bit for bit, for every e (e4m3x8_scaled_to_half8_scalar outside the fast range). Fast path for e in [-24, 15], where 2^e is an fp16 value (subnormal below -14): the codes
 // convert exactly to fp16 and one mul.rn.f16x2 rounds x * 2^e to fp16. The scalar path also rounds that same
 // real number once: with |x * 2^e| in [2^-33, 448 * 2^15] and 4 significant bits, ldexpf is exact in f32
 // and only the cvt.rn to fp16 rounds. Both roundings are IEEE round-to-nearest-even with subnormals kept, so
@@ -151,14 +161,8 @@ __device__ __forceinline__ uint4 e4m3x8_scaled_to_half8(uint2 codes, int e) {
     };
     return make_uint4(scaled(codes.x), scaled(codes.x >> 16), scaled(codes.y), scaled(codes.y >> 16));
   }
-  // 2^e outside fp16 (blocks with amax below ~2^-16, and all-zero blocks, which carry e = -127): the scalar decode.
-  float f[8];
-#pragma unroll
-  for (int b = 0; b < 4; ++b) {
-    f[b] = ldexpf(e4m3_to_f32((codes.x >> (8 * b)) & 0xFFu), e);
-    f[4 + b] = ldexpf(e4m3_to_f32((codes.y >> (8 * b)) & 0xFFu), e);
-  }
-  return make_uint4(pack_half2(f[0], f[1]), pack_half2(f[2], f[3]), pack_half2(f[4], f[5]), pack_half2(f[6], f[7]));
+  // 2^e outside fp16 (blocks with amax below ~2^-16, and all-zero blocks, which carry e = -127).
+  return e4m3x8_scaled_to_half8_scalar(codes, e);
 }
 
 }  // namespace kvcompact::cuda::dsv4::detail

@@ -287,7 +287,7 @@ cudaLaunchConfig_t cluster_config(const TopkParams& p, cudaStream_t stream, cuda
 }
 
 template <unsigned Cluster>
-cudaError_t prepare_kernel() {
+cudaError_t set_kernel_attributes() {
   cudaError_t e = cudaFuncSetAttribute(topk_kernel<Cluster>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(sizeof(TopkSmem)));
   if (e == cudaSuccess && Cluster > 8) e = cudaFuncSetAttribute(topk_kernel<Cluster>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
@@ -298,7 +298,7 @@ cudaError_t prepare_kernel() {
 template <unsigned Cluster>
 int max_active_clusters() {
   static const int active = [] {
-    if (prepare_kernel<Cluster>() != cudaSuccess) {
+    if (set_kernel_attributes<Cluster>() != cudaSuccess) {
       (void)cudaGetLastError();
       return 0;
     }
@@ -318,7 +318,7 @@ int max_active_clusters() {
 
 template <unsigned Cluster>
 cudaError_t launch_clusters(const TopkParams& p, cudaStream_t stream) {
-  const cudaError_t e = prepare_kernel<Cluster>();
+  const cudaError_t e = set_kernel_attributes<Cluster>();
   if (e != cudaSuccess) return e;
   cudaLaunchAttribute attr{};
   const cudaLaunchConfig_t config = cluster_config<Cluster>(p, stream, &attr);
@@ -335,7 +335,7 @@ cudaError_t launch_topk(const TopkParams& p, std::uint32_t multiprocessors, cuda
     return launch_clusters<16>(p, stream);
   }
   if (std::uint64_t{p.count} * 8 <= 2ull * multiprocessors) return launch_clusters<8>(p, stream);
-  const cudaError_t e = prepare_kernel<1>();
+  const cudaError_t e = set_kernel_attributes<1>();
   if (e != cudaSuccess) return e;
   topk_kernel<1><<<p.count, kThreads, sizeof(TopkSmem), stream>>>(p);
   return cudaGetLastError();
