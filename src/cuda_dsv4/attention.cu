@@ -1,7 +1,8 @@
 // DeepSeek-V4 sparse attention with the sink on the GPU: per token, rows = window (oldest first) then the
 // layer's compressed rows (top-k list for ratio 4, all visible for ratio 128), K = V = the row, s = q.c/sqrt(512).
 // Split kernel: a block takes one token, up to 64 heads and one split of the row list; rows are decoded (bf16 or
-// FP8 layout) to fp16 in shared memory in tiles of 64, QK^T and PV run on mma.sync m16n8k16 (fp16 inputs,
+// FP8 layout) to fp16 in shared memory in tiles of 64 (the next tile's raw bytes arrive by cp.async while the
+// current one is multiplied), QK^T and PV run on mma.sync m16n8k16 (fp16 inputs,
 // fp32 accumulation) with an online softmax in the log2 domain. Merge kernel: combines the splits with the
 // sink, normalises and applies the inverse RoPE to the output tail.
 #include <cuda_fp16.h>
@@ -23,16 +24,23 @@ constexpr unsigned kKStride = kHeadDim + 8;
 constexpr unsigned kSStride = kAttnTileRows + 4;  // floats
 constexpr unsigned kPStride = kAttnTileRows + 8;  // halfs
 
+// Raw bytes of the next row tile arrive here by cp.async while the current tile is computed (a BF16 row is
+// 1024 bytes, an FP8 row 584: 56 pieces of 8 e4m3 codes, 16 pieces of 4 bf16 tail values, 8 scale bytes).
+constexpr unsigned kRawStride = 1024;
+constexpr unsigned kFp8Pieces = 73;  // 8-byte pieces of an FP8 row, the scale bytes included
+
 struct AttnSmem {
   __half q[kAttnBlockHeads * kQStride];
   __half k[kAttnTileRows * kKStride];
+  std::uint8_t raw[kAttnTileRows * kRawStride];
   float s[kAttnBlockHeads * kSStride];
   __half pr[kAttnBlockHeads * kPStride];
   float alpha[kAttnBlockHeads];
   float m[kAttnBlockHeads];
   float l[kAttnBlockHeads];
-  const std::uint8_t* rows[kAttnTileRows];
+  const std::uint8_t* rows[2][kAttnTileRows];  // the current tile's rows and the next one's (null: no row)
 };
+static_assert(sizeof(AttnSmem) <= 227 * 1024, "one block per multiprocessor needs <= 227 KB of shared memory");
 
 // ldmatrix rows: 16-byte aligned, and an odd number of 16-byte units apart so 8 rows are bank-conflict free.
 static_assert(offsetof(AttnSmem, q) % 16 == 0 && offsetof(AttnSmem, k) % 16 == 0 && offsetof(AttnSmem, pr) % 16 == 0);
@@ -57,6 +65,26 @@ __device__ __forceinline__ const std::uint8_t* row_pointer(const AttentionParams
 
 __device__ __forceinline__ std::uint32_t bf16x2_to_half2(std::uint32_t v) {
   return pack_half2(bf16_bits_to_f32(v & 0xFFFFu), bf16_bits_to_f32(v >> 16));
+}
+
+// Issues the cp.async copies of a row tile's raw bytes (rows[r] null: nothing, the decode writes zeros).
+// BF16: 16-byte pieces, thread tid takes pieces tid, tid + 512, ... (the same pieces it decodes). FP8: 8-byte
+// pieces (rows are only 8-byte aligned), the scale bytes as piece 72; the decode reads them after a barrier.
+__device__ __forceinline__ void stage_rows(std::uint8_t* raw, const std::uint8_t* const* rows, std::uint32_t storage) {
+  const unsigned tid = threadIdx.x;
+  if (storage == kRowBf16) {
+#pragma unroll
+    for (unsigned j = 0; j < kAttnTileRows * 64 / kAttnThreads; ++j) {
+      const unsigned c = j * kAttnThreads + tid, r = c / 64, pc = c % 64;
+      if (rows[r] != nullptr) cp_async16(raw + r * kRawStride + pc * 16, rows[r] + pc * 16);
+    }
+  } else {
+    for (unsigned c = tid; c < kAttnTileRows * kFp8Pieces; c += kAttnThreads) {
+      const unsigned r = c / kFp8Pieces, pc = c % kFp8Pieces;
+      if (rows[r] != nullptr) cp_async8(raw + r * kRawStride + pc * 8, rows[r] + pc * 8);
+    }
+  }
+  cp_async_commit();
 }
 
 // Block: one token, up to 64 heads, one split of the row list. Warp w: head group w / 4 (16 heads) and
@@ -84,6 +112,13 @@ __global__ void __launch_bounds__(kAttnThreads, 1) attention_split_kernel(Attent
     return;
   }
   const std::uint32_t r_end = min(n, r_begin + p.split_rows);
+  auto tile_rows = [&](const std::uint8_t** rows, std::uint32_t t0) {
+    if (tid < kAttnTileRows) rows[tid] = t0 + tid < r_end ? row_pointer(p, d, token, t0 + tid, nw) : nullptr;
+  };
+  // The first tile's copies are issued before the query is loaded, so both latencies overlap.
+  tile_rows(sm.rows[0], r_begin);
+  __syncthreads();
+  stage_rows(sm.raw, sm.rows[0], p.storage);
 
   // The block's query (up to 64 heads x 512 floats = 128 KB): every load of a thread is issued before the first
   // conversion, so the block waits one memory latency for it rather than one per loop trip. (At batch 1 a block
@@ -115,58 +150,45 @@ __global__ void __launch_bounds__(kAttnThreads, 1) attention_split_kernel(Attent
 #pragma unroll
   for (int i = 0; i < 16; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
 
-  for (std::uint32_t t0 = r_begin; t0 < r_end; t0 += kAttnTileRows) {
+  for (std::uint32_t t0 = r_begin, cur = 0; t0 < r_end; t0 += kAttnTileRows, cur ^= 1u) {
     const std::uint32_t rows_here = min(kAttnTileRows, r_end - t0);
-    if (tid < kAttnTileRows) sm.rows[tid] = tid < rows_here ? row_pointer(p, d, token, t0 + tid, nw) : nullptr;
-    __syncthreads();
-    // ---- decode the tile's rows to fp16 (zeros for missing rows, so no NaN enters the MMA). All loads of a
-    // thread are issued before any conversion, so one memory latency covers the tile.
+    const bool has_next = t0 + kAttnTileRows < r_end;
+    const std::uint8_t* const* rows = sm.rows[cur];
+    if (has_next) tile_rows(sm.rows[cur ^ 1u], t0 + kAttnTileRows);
+    cp_async_wait<0>();
+    __syncthreads();  // the tile's raw bytes (every thread's copies), the query, m / l and the next rows are visible
+    // ---- decode the tile's rows to fp16 (zeros for missing rows, so no NaN enters the MMA).
     if (p.storage == kRowBf16) {
-      constexpr unsigned kPer = kAttnTileRows * 64 / kAttnThreads;  // 8 pieces of 16 B per thread
-      uint4 v[kPer];
 #pragma unroll
-      for (unsigned j = 0; j < kPer; ++j) {
+      for (unsigned j = 0; j < kAttnTileRows * 64 / kAttnThreads; ++j) {  // 8 pieces of 16 B per thread
         const unsigned c = j * kAttnThreads + tid, r = c / 64, pc = c % 64;
-        const std::uint8_t* src = sm.rows[r];
-        v[j] = src != nullptr ? __ldg(reinterpret_cast<const uint4*>(src + pc * 16)) : make_uint4(0, 0, 0, 0);
-      }
-#pragma unroll
-      for (unsigned j = 0; j < kPer; ++j) {
-        const unsigned c = j * kAttnThreads + tid, r = c / 64, pc = c % 64;
-        const uint4 outv = make_uint4(bf16x2_to_half2(v[j].x), bf16x2_to_half2(v[j].y), bf16x2_to_half2(v[j].z),
-                                      bf16x2_to_half2(v[j].w));
+        uint4 outv = make_uint4(0, 0, 0, 0);
+        if (rows[r] != nullptr) {
+          const uint4 v = *reinterpret_cast<const uint4*>(sm.raw + r * kRawStride + pc * 16);
+          outv = make_uint4(bf16x2_to_half2(v.x), bf16x2_to_half2(v.y), bf16x2_to_half2(v.z), bf16x2_to_half2(v.w));
+        }
         *reinterpret_cast<uint4*>(&sm.k[r * kKStride + pc * 8]) = outv;
       }
     } else {
-      // FP8 row: 56 pieces of 8 e4m3 codes (block scale byte 576 + piece / 8), 16 pieces of 4 bf16 (tail).
-      constexpr unsigned kPer = (kAttnTileRows * 72 + kAttnThreads - 1) / kAttnThreads;  // 9
-      uint2 v[kPer];
-      int e[kPer];
-#pragma unroll
-      for (unsigned j = 0; j < kPer; ++j) {
-        const unsigned c = j * kAttnThreads + tid, r = c / 72, pc = c % 72;
-        const std::uint8_t* src = c < kAttnTileRows * 72 ? sm.rows[r] : nullptr;
-        v[j] = make_uint2(0, 0);
-        e[j] = 0;
-        if (src != nullptr) {
-          v[j] = __ldg(reinterpret_cast<const uint2*>(src + (pc < 56 ? pc * 8 : 448 + (pc - 56) * 8)));
-          if (pc < 56) e[j] = static_cast<int>(__ldg(src + 576 + pc / 8)) - 127;
-        }
-      }
-#pragma unroll
-      for (unsigned j = 0; j < kPer; ++j) {
-        const unsigned c = j * kAttnThreads + tid, r = c / 72, pc = c % 72;
-        if (c >= kAttnTileRows * 72) continue;
+      // 56 pieces of 8 e4m3 codes (block scale byte 576 + piece / 8), then 16 pieces of 4 bf16 (the tail).
+      for (unsigned c = tid; c < kAttnTileRows * 72; c += kAttnThreads) {
+        const unsigned r = c / 72, pc = c % 72;
+        const std::uint8_t* src = sm.raw + r * kRawStride;
+        const bool present = rows[r] != nullptr;
+        const uint2 v = present ? *reinterpret_cast<const uint2*>(src + pc * 8) : make_uint2(0, 0);
         if (pc < 56) {
           // One scale per piece (8 divides the 64-dim block): cvt + half2 multiply, scalar only for odd scales.
-          *reinterpret_cast<uint4*>(&sm.k[r * kKStride + pc * 8]) = e4m3x8_scaled_to_half8(v[j], e[j]);
+          const int e = present ? static_cast<int>(src[576 + pc / 8]) - 127 : 0;
+          *reinterpret_cast<uint4*>(&sm.k[r * kKStride + pc * 8]) = e4m3x8_scaled_to_half8(v, e);
         } else {
           *reinterpret_cast<uint2*>(&sm.k[r * kKStride + 448 + (pc - 56) * 4]) =
-              make_uint2(bf16x2_to_half2(v[j].x), bf16x2_to_half2(v[j].y));
+              make_uint2(bf16x2_to_half2(v.x), bf16x2_to_half2(v.y));
         }
       }
     }
     __syncthreads();
+    // Every read of the raw tile is done: the next tile's copies run during this tile's MMAs and softmax.
+    if (has_next) stage_rows(sm.raw, sm.rows[cur ^ 1u], p.storage);
     // ---- S = Q K^T: warp (group, quarter) takes 16 heads x rows [16 quarter, 16 quarter + 16).
     if (active) {
       float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
@@ -190,8 +212,8 @@ __global__ void __launch_bounds__(kAttnThreads, 1) attention_split_kernel(Attent
 #pragma unroll
       for (int nt = 0; nt < 2; ++nt) {
         const unsigned r = quarter * 16 + nt * 8 + 2 * tig;
-        const bool v0 = r < rows_here && sm.rows[r] != nullptr;
-        const bool v1 = r + 1 < rows_here && sm.rows[r + 1] != nullptr;
+        const bool v0 = r < rows_here && rows[r] != nullptr;
+        const bool v1 = r + 1 < rows_here && rows[r + 1] != nullptr;
         srow_lo[r] = v0 ? s[nt][0] * p.scale_log2 : -INFINITY;
         srow_lo[r + 1] = v1 ? s[nt][1] * p.scale_log2 : -INFINITY;
         srow_hi[r] = v0 ? s[nt][2] * p.scale_log2 : -INFINITY;
