@@ -177,32 +177,28 @@ static_assert(kScoreTileRows * kKiStride <= kRawBytes);
 struct ScoreSmem {
   std::uint8_t raw[2][kRawBytes];
   float ps[kIndexerMaxHeads * kPStride];
-  float sk[kScoreTileRows];     // 2^fk of each row (its int8 codes' exponent)
+  float sk[kScoreTileRows];     // 2^fk of each row (its int8 codes' exponent); 1 for rows of the scalar path
   int flagged[kScoreTileRows];  // rows of the tile that take the exact scalar path
   int nflagged;
   int q_ok, fq_min, fq_max;
+  int wq_emin, wq_emax;  // over the heads with w_h 2^fq_h != 0: floor(log2 |w_h 2^fq_h|), min and max + 1
 };
-
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
-  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(a), "l"(gmem));
-}
-__device__ __forceinline__ void cp_async4(void* smem, const void* gmem) {
-  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(a), "l"(gmem));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
 
 // Copies the raw bytes of key rows [row0, row0 + nrows) into a shared buffer (BF16: padded row stride;
 // FP8 / MXFP4: contiguous; a tile starts 16-byte aligned because 64 rows of 132 / 68 B are multiples of 16).
 __device__ __forceinline__ void stage_tile(std::uint8_t* dst, const std::uint8_t* rows, std::uint32_t row0,
                                            std::uint32_t nrows, std::uint32_t storage, std::uint32_t row_bytes) {
   const std::uint8_t* src = rows + static_cast<std::uint64_t>(row0) * row_bytes;
-  if (storage == kIdxBf16) {
+  if (storage == kIdxBf16 && nrows == kScoreTileRows) {
+    // A whole tile: piece tid + 128 j is row tid / 16 + 8 j, bytes 16 (tid % 16) ...; fixed offsets from two
+    // per-thread bases (the general loop below spent ~10 instructions of address arithmetic per copy).
+    const std::uint8_t* s0 = src + threadIdx.x * 16;
+    std::uint8_t* d0 = dst + (threadIdx.x / 16) * kRawBf16Stride + (threadIdx.x % 16) * 16;
+#pragma unroll
+    for (unsigned j = 0; j < kScoreTileRows * 16 / kScoreThreads; ++j) {
+      cp_async16(d0 + j * (kScoreThreads / 16) * kRawBf16Stride, s0 + j * kScoreThreads * 16);
+    }
+  } else if (storage == kIdxBf16) {
     for (unsigned c = threadIdx.x; c < nrows * 16; c += kScoreThreads) {
       cp_async16(dst + (c / 16) * kRawBf16Stride + (c % 16) * 16, src + c * 16);
     }
@@ -223,9 +219,13 @@ __device__ __forceinline__ void stage_tile(std::uint8_t* dst, const std::uint8_t
 // floats is a multiple of 2^-149 and never rounds to zero). The residues are OR-ed: a single nonzero one (or a
 // NaN) flags the row. Equivalent to checking that fl(x * 2^-f) is an integer that is zero only for x = 0.
 __device__ __forceinline__ int float_codes(const float (&v)[64], std::uint32_t (&packed)[16], bool& ok) {
-  float amax = 0.0f;
+  // The maximum as a tree of eight chains (one chain of 64 dependent FMNMX was the decode's largest stall).
+  float m8[8];
 #pragma unroll
-  for (int k = 0; k < 64; ++k) amax = fmaxf(amax, fabsf(v[k]));
+  for (int c = 0; c < 8; ++c) m8[c] = fabsf(v[c]);
+#pragma unroll
+  for (int k = 8; k < 64; ++k) m8[k % 8] = fmaxf(m8[k % 8], fabsf(v[k]));
+  float amax = fmaxf(fmaxf(fmaxf(m8[0], m8[1]), fmaxf(m8[2], m8[3])), fmaxf(fmaxf(m8[4], m8[5]), fmaxf(m8[6], m8[7])));
   amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, 1));
   int f = 0;
   if (amax > 0.0f) {
@@ -318,6 +318,8 @@ __global__ void __launch_bounds__(kScoreThreads) score_kernel(ScoreParams p) {
     sm.q_ok = 1;
     sm.fq_min = 1 << 20;
     sm.fq_max = -(1 << 20);
+    sm.wq_emin = 1 << 20;
+    sm.wq_emax = -(1 << 20);
     sm.nflagged = 0;
   }
   __syncthreads();
@@ -328,6 +330,14 @@ __global__ void __launch_bounds__(kScoreThreads) score_kernel(ScoreParams p) {
     if (__fmul_rn(weight_times_2fq(tid), pow2f(-fq[tid])) != w[tid]) atomicAnd(&sm.q_ok, 0);
     atomicMin(&sm.fq_min, fq[tid]);
     atomicMax(&sm.fq_max, fq[tid]);
+    const float wq = weight_times_2fq(tid);
+    if (wq != 0.0f) {
+      // floor(log2 |wq|) for a normal wq; an exactly representable subnormal one gives -127, which fails the
+      // row check below (conservative).
+      const int e = static_cast<int>((__float_as_uint(wq) >> 23) & 0xFFu) - 127;
+      atomicMin(&sm.wq_emin, e);
+      atomicMax(&sm.wq_emax, e + 1);
+    }
   }
   // A fragments (16 heads x 128 dims as 4 k-steps of 32) stay in registers for every tile.
   std::uint32_t a[4][4];
@@ -345,7 +355,7 @@ __global__ void __launch_bounds__(kScoreThreads) score_kernel(ScoreParams p) {
   const float wqb = hb < p.heads ? weight_times_2fq(hb) : 0.0f;
   __syncthreads();
   const bool q_ok = sm.q_ok != 0;
-  const int fq_min = sm.fq_min, fq_max = sm.fq_max;
+  const int fq_min = sm.fq_min, fq_max = sm.fq_max, wq_emin = sm.wq_emin, wq_emax = sm.wq_emax;
 
   for (unsigned buf = 0; tile < tiles; buf ^= 1u) {
     const std::uint32_t row0 = tile * kScoreTileRows;
@@ -417,6 +427,9 @@ __global__ void __launch_bounds__(kScoreThreads) score_kernel(ScoreParams p) {
       ok = ok && partner_ok;
       // Exactness of I * 2^fq * 2^fk (see the file comment): products above 2^-149, results below 2^121.
       ok = ok && fq_min + f >= -149 && fq_max + f <= 100;
+      // The epilogue rounds (w 2^fq) I and the head sum scales by 2^fk at the end (see the head sum): exact
+      // when every nonzero product is normal with and without 2^fk and no partial sum can overflow.
+      ok = ok && wq_emin + min(f, 0) >= -126 && wq_emax + 27 + max(f, 0) <= 127;
       __syncthreads();  // every raw row is in registers: the int8 rows may now overwrite the raw buffer
       // Int8 row layout for the MMA: the B fragments of k-step ks are words 8 ks + tig (dims 32 ks + 4 tig ...)
       // and 8 ks + 4 + tig; they are stored at words 8 tig + 2 ks (+1), so that lane tig reads its eight words
@@ -431,32 +444,45 @@ __global__ void __launch_bounds__(kScoreThreads) score_kernel(ScoreParams p) {
         }
       }
       if (half == 0) {
-        sm.sk[r] = pow2f(f);
+        sm.sk[r] = q_ok && ok ? pow2f(f) : 1.0f;  // the scalar path writes the final terms
         if (r < nrows && !(q_ok && ok)) sm.flagged[atomicAdd(&sm.nflagged, 1)] = static_cast<int>(r);
       }
     }
     __syncthreads();
-    // ---- int8 MMA: 8 groups of 8 rows; dots exact, then w_h * ReLU(dot) into ps[head][row].
-#pragma unroll 2
-    for (unsigned ng = 0; ng < kScoreTileRows / 8; ++ng) {
-      int acc[4] = {0, 0, 0, 0};
-      // The int8 rows (see ScoreSmem and the decode's layout): this lane's eight B words of row ng * 8 + g.
-      const std::uint8_t* kb = sm.raw[buf] + (ng * 8 + g) * kKiStride + tig * 32;
-      const uint4 k01 = *reinterpret_cast<const uint4*>(kb), k23 = *reinterpret_cast<const uint4*>(kb + 16);
-      mma_s8(acc, a[0], k01.x, k01.y);
-      mma_s8(acc, a[1], k01.z, k01.w);
-      mma_s8(acc, a[2], k23.x, k23.y);
-      mma_s8(acc, a[3], k23.z, k23.w);
-      // w ReLU(I 2^fq 2^fk) = (w 2^fq) (max(I, 0) 2^fk): the same real product, both factors exact (|I| < 2^21,
-      // fk in [-126, 100], w 2^fq checked), so the one rounding gives the CPU's fl(w * max(dot, 0)) bits.
-      const unsigned ra = ng * 8 + tig * 2;  // even: the float2 accesses are aligned
-      const float2 sk = *reinterpret_cast<const float2*>(&sm.sk[ra]);
-      const float e0 = __fmul_rn(static_cast<float>(max(acc[0], 0)), sk.x);
-      const float e1 = __fmul_rn(static_cast<float>(max(acc[1], 0)), sk.y);
-      const float e2 = __fmul_rn(static_cast<float>(max(acc[2], 0)), sk.x);
-      const float e3 = __fmul_rn(static_cast<float>(max(acc[3], 0)), sk.y);
-      *reinterpret_cast<float2*>(&sm.ps[ha * kPStride + ra]) = make_float2(__fmul_rn(wqa, e0), __fmul_rn(wqa, e1));
-      *reinterpret_cast<float2*>(&sm.ps[hb * kPStride + ra]) = make_float2(__fmul_rn(wqb, e2), __fmul_rn(wqb, e3));
+    // ---- int8 MMA: 8 groups of 8 rows, four groups at a time with their MMAs interleaved (one group's chain of
+    // four dependent MMAs alone stalls on every MMA's latency: the H200 profile showed a NOP and a fixed-latency
+    // wait between them); dots exact, then fl((w_h 2^fq_h) max(I, 0)) into ps[head][row] (2^fk is applied to
+    // the row's head sum).
+    constexpr unsigned kGroupsAtOnce = 4;
+#pragma unroll
+    for (unsigned ng0 = 0; ng0 < kScoreTileRows / 8; ng0 += kGroupsAtOnce) {
+      int acc[kGroupsAtOnce][4];
+      uint4 k01[kGroupsAtOnce], k23[kGroupsAtOnce];
+#pragma unroll
+      for (unsigned i = 0; i < kGroupsAtOnce; ++i) {
+        // The int8 rows (see ScoreSmem and the decode's layout): this lane's eight B words of row 8 (ng0 + i) + g.
+        const std::uint8_t* kb = sm.raw[buf] + ((ng0 + i) * 8 + g) * kKiStride + tig * 32;
+        k01[i] = *reinterpret_cast<const uint4*>(kb);
+        k23[i] = *reinterpret_cast<const uint4*>(kb + 16);
+        acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0;
+      }
+#pragma unroll
+      for (unsigned i = 0; i < kGroupsAtOnce; ++i) mma_s8(acc[i], a[0], k01[i].x, k01[i].y);
+#pragma unroll
+      for (unsigned i = 0; i < kGroupsAtOnce; ++i) mma_s8(acc[i], a[1], k01[i].z, k01[i].w);
+#pragma unroll
+      for (unsigned i = 0; i < kGroupsAtOnce; ++i) mma_s8(acc[i], a[2], k23[i].x, k23[i].y);
+#pragma unroll
+      for (unsigned i = 0; i < kGroupsAtOnce; ++i) mma_s8(acc[i], a[3], k23[i].z, k23[i].w);
+#pragma unroll
+      for (unsigned i = 0; i < kGroupsAtOnce; ++i) {
+        // max(I, 0) is exact in float (|I| < 2^21); w 2^fq is exact (checked).
+        const unsigned ra = (ng0 + i) * 8 + tig * 2;  // even: the float2 accesses are aligned
+        const float i0 = static_cast<float>(max(acc[i][0], 0)), i1 = static_cast<float>(max(acc[i][1], 0));
+        const float i2 = static_cast<float>(max(acc[i][2], 0)), i3 = static_cast<float>(max(acc[i][3], 0));
+        *reinterpret_cast<float2*>(&sm.ps[ha * kPStride + ra]) = make_float2(__fmul_rn(wqa, i0), __fmul_rn(wqa, i1));
+        *reinterpret_cast<float2*>(&sm.ps[hb * kPStride + ra]) = make_float2(__fmul_rn(wqb, i2), __fmul_rn(wqb, i3));
+      }
     }
     __syncthreads();
     // ---- exact scalar path for rows (or a query) off the integer grid: the CPU's own arithmetic.
@@ -472,8 +498,14 @@ __global__ void __launch_bounds__(kScoreThreads) score_kernel(ScoreParams p) {
       if (lane == 0 && p.fallback_rows != nullptr) atomicAdd(p.fallback_rows, 1ull);
     }
     __syncthreads();
-    // ---- head sum in the CPU's order: total = ((0 + p_0) + p_1) + ...
-    // (Values are loaded 16 at a time ahead of the dependent adds; the order of the adds is unchanged.)
+    // ---- head sum in the CPU's order: total = ((0 + p_0) + p_1) + ..., then times 2^fk.
+    // The CPU's terms are p_h 2^fk with p_h = fl((w_h 2^fq_h) I_h): when p_h and p_h 2^fk are both normal (checked
+    // per row in the decode), rounding commutes with the power of two, so the terms are the CPU's bits over 2^fk.
+    // Then so is every partial sum: a rounded sum that is normal in both scales rounds the same relative bits,
+    // and one that is subnormal in either scale is exact there (a sum of multiples of 2^-149 below 2^-126), hence
+    // representable and exact in the other scale too; no partial sum can overflow (checked). So the sum times
+    // 2^fk is exactly the CPU's total, and the multiply does not round. (Values are loaded 16 at a time ahead of
+    // the dependent adds; the order of the adds is unchanged.)
     if (tid < nrows) {
       float total = 0.0f;
       const float* col = sm.ps + tid;
@@ -486,6 +518,7 @@ __global__ void __launch_bounds__(kScoreThreads) score_kernel(ScoreParams p) {
         for (unsigned j = 0; j < 16; ++j) total = __fadd_rn(total, v[j]);
       }
       for (; h < p.heads; ++h) total = __fadd_rn(total, col[h * kPStride]);
+      total = __fmul_rn(total, sm.sk[tid]);
       p.scores[static_cast<std::uint64_t>(token) * p.score_stride + row0 + tid] = total;
     }
     __syncthreads();

@@ -160,6 +160,8 @@ struct IndexerCase {
   bool prepared_input = false;  // hand the CPU-prepared query to the GPU
   std::size_t distinct = 0;     // > 0: keys drawn from this many distinct rows (ties)
   int zero_heads = 0;           // heads whose raw query is 0 (ReLU(0), zero integer rows)
+  float weight_scale = 1.0f;    // power of two times the head weights (extreme scales reach the scalar path)
+  enum class Fallback { ByGrid, None, Some } fallback = Fallback::ByGrid;  // scalar-path rows expected
 };
 
 void run_indexer_case(const IndexerCase& c) {
@@ -190,6 +192,7 @@ void run_indexer_case(const IndexerCase& c) {
   std::vector<float> q_cpu = q_raw;
   for (std::uint32_t i = 0; i < count; ++i) kd::prepare_indexer_query(q_cpu.data() + std::size_t{i} * H * 128, H);
   std::vector<float> w = normal(rng, std::size_t{count} * H, 1.0f / std::sqrt(128.0f * 64.0f));
+  for (auto& x : w) x *= c.weight_scale;
 
   DeviceBuffer d_tokens = upload(tokens);
   DeviceBuffer d_q = upload(c.prepared_input ? q_cpu : q_raw);
@@ -292,10 +295,11 @@ void run_indexer_case(const IndexerCase& c) {
               static_cast<unsigned long long>(seed));
   EXPECT_EQ(score_diff, 0u);
   EXPECT_EQ(index_diff, 0u);
-  if (c.model_grid) {
-    EXPECT_EQ(fallback, 0u) << "model-grid rows must take the tensor-core path";
+  const bool some = c.fallback == IndexerCase::Fallback::Some || (c.fallback == IndexerCase::Fallback::ByGrid && !c.model_grid);
+  if (!some) {
+    EXPECT_EQ(fallback, 0u) << "these rows must take the tensor-core path";
   } else if (rows_total > 0) {
-    EXPECT_GT(fallback, 0u) << "off-grid rows must take the scalar path";
+    EXPECT_GT(fallback, 0u) << "these rows must take the scalar path";
   }
 }
 
@@ -660,6 +664,30 @@ TEST(CudaDsv4Kernels, IndexerTiesAndOffGridRows) {
   c.storage = kd::IndexerStorage::Bf16;
   c.positions = {600, 130};
   run_indexer_case(c);
+}
+
+// Head weights at extreme powers of two: the tensor-core path keeps w 2^fq I and applies 2^fk to the head sum,
+// which is exact only while every product is normal in both scales and no sum overflows. Tiny weights put the
+// products below 2^-126 and huge ones near the top of the range, so those rows must take the scalar path; at
+// 2^80 the guard must not trigger. Scores stay bit-identical to the CPU either way.
+TEST(CudaDsv4Kernels, IndexerExtremeWeights) {
+  SKIP_WITHOUT_GPU();
+  for (auto st : {kd::IndexerStorage::Bf16, kd::IndexerStorage::Mxfp4}) {
+    IndexerCase c;
+    c.storage = st;
+    c.positions = {3000, 517};
+    c.name = std::string("tiny-weights-") + std::string(kd::indexer_storage_name(st));
+    c.weight_scale = 0x1p-113f;
+    c.fallback = IndexerCase::Fallback::Some;
+    run_indexer_case(c);
+    c.name = std::string("huge-weights-") + std::string(kd::indexer_storage_name(st));
+    c.weight_scale = 0x1p112f;
+    run_indexer_case(c);
+    c.name = std::string("large-weights-") + std::string(kd::indexer_storage_name(st));
+    c.weight_scale = 0x1p80f;
+    c.fallback = IndexerCase::Fallback::None;
+    run_indexer_case(c);
+  }
 }
 
 TEST(CudaDsv4Kernels, TopkMatchesCpu) {
