@@ -368,7 +368,12 @@ __global__ void __launch_bounds__(kScoreThreads) score_kernel(ScoreParams p) {
     } else {
       cp_async_wait<0>();
     }
-    __syncthreads();
+    __syncthreads();  // the tile's raw rows are in; every thread is done with the previous tile
+    // The flagged-row count is reset here: its readers (the previous tile's scalar path) are all past this
+    // barrier, and the decode adds to it only after the next one. (Not before the first tile's barrier: the
+    // compiler reads q_ok / fq_min / fq_max with one 16-byte load that also covers nflagged, and racecheck
+    // found a reset there racing with that load.)
+    if (tid == 0) sm.nflagged = 0;
     // ---- decode: two threads per key row (dims [64 half, 64 half + 64)) to integer codes at one exponent.
     {
       const unsigned r = tid / 2, half = tid % 2;
@@ -486,18 +491,21 @@ __global__ void __launch_bounds__(kScoreThreads) score_kernel(ScoreParams p) {
     }
     __syncthreads();
     // ---- exact scalar path for rows (or a query) off the integer grid: the CPU's own arithmetic.
-    // One warp per flagged row, one lane per head; no barrier inside (the block's next barrier follows).
+    // One warp per flagged row, one lane per head; its barrier only when there are such rows (the count is
+    // the same in every thread).
     const int nflagged = sm.nflagged;
-    for (int i = static_cast<int>(warp); i < nflagged; i += kScoreThreads / 32) {
-      const unsigned r = static_cast<unsigned>(sm.flagged[i]);
-      const std::uint8_t* row = desc.indexer_rows + static_cast<std::uint64_t>(row0 + r) * p.row_bytes;
-      for (unsigned h = lane; h < p.heads; h += 32) {
-        const float dot = cpu_dot128_row(qf + h * kIndexerDim, row, p.storage);
-        sm.ps[h * kPStride + r] = __fmul_rn(w[h], dot < 0.0f ? 0.0f : dot);
+    if (nflagged > 0) {
+      for (int i = static_cast<int>(warp); i < nflagged; i += kScoreThreads / 32) {
+        const unsigned r = static_cast<unsigned>(sm.flagged[i]);
+        const std::uint8_t* row = desc.indexer_rows + static_cast<std::uint64_t>(row0 + r) * p.row_bytes;
+        for (unsigned h = lane; h < p.heads; h += 32) {
+          const float dot = cpu_dot128_row(qf + h * kIndexerDim, row, p.storage);
+          sm.ps[h * kPStride + r] = __fmul_rn(w[h], dot < 0.0f ? 0.0f : dot);
+        }
+        if (lane == 0 && p.fallback_rows != nullptr) atomicAdd(p.fallback_rows, 1ull);
       }
-      if (lane == 0 && p.fallback_rows != nullptr) atomicAdd(p.fallback_rows, 1ull);
+      __syncthreads();
     }
-    __syncthreads();
     // ---- head sum in the CPU's order: total = ((0 + p_0) + p_1) + ..., then times 2^fk.
     // The CPU's terms are p_h 2^fk with p_h = fl((w_h 2^fq_h) I_h): when p_h and p_h 2^fk are both normal (checked
     // per row in the decode), rounding commutes with the power of two, so the terms are the CPU's bits over 2^fk.
@@ -521,11 +529,8 @@ __global__ void __launch_bounds__(kScoreThreads) score_kernel(ScoreParams p) {
       total = __fmul_rn(total, sm.sk[tid]);
       p.scores[static_cast<std::uint64_t>(token) * p.score_stride + row0 + tid] = total;
     }
-    __syncthreads();
-    // The flagged-row count is reset here, after the barrier that follows its last read, and not at the top
-    // of the next tile: the compiler reads q_ok / fq_min / fq_max with one 16-byte load that also covers
-    // nflagged, so a reset before the first tile's barrier races with that load (compute-sanitizer racecheck).
-    if (tid == 0) sm.nflagged = 0;
+    // No barrier here: the next tile's copies go to the buffer this tile's MMAs have finished reading, and
+    // ps / sk / flagged are written again only after the next tile's first barrier.
     tile = next;
   }
 }
