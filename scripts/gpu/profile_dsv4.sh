@@ -7,7 +7,9 @@
 # Env: KERNELS (kernel-name regexes to profile in depth, default "score_kernel attention_split_kernel"; "" for
 #        none), BREAKDOWN=1 (first the time per kernel of one step; STEP_KERNELS = launches in two steps, default
 #        298 = 2 x 149 for V4-Flash: 21 ratio-4 layers x 5 kernels + 22 others x 2), WARP_SAMPLING (ncu --warp-sampling-interval; 0 = every 32 cycles, for
-#        short kernels), TAG (suffix of the output names), BUILD, PROFILE_TIMEOUT (seconds per ncu run).
+#        short kernels), TAG (suffix of the output names), BUILD, PROFILE_TIMEOUT (seconds per ncu run),
+#        LAUNCH_SKIP (launches of the kernel skipped before the profiled one, default 2: for the attention
+#        kernels of V4-Flash that is layer 2, a ratio-4 layer; 3 is layer 3, a ratio-128 one).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT="${OUT:-$PWD/out}"
@@ -50,7 +52,7 @@ PY
 fi
 for k in ${KERNELS-score_kernel attention_split_kernel}; do
   echo "== ncu: $k, ${CASE[*]}"
-  timeout "${PROFILE_TIMEOUT:-150}" ncu --clock-control none -k "regex:$k" --launch-skip 2 --launch-count 1 \
+  timeout "${PROFILE_TIMEOUT:-150}" ncu --clock-control none -k "regex:$k" --launch-skip "${LAUNCH_SKIP:-2}" --launch-count 1 \
     --section SpeedOfLight --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
     --section WarpStateStats --section Occupancy --section LaunchStats --section SourceCounters \
     --section InstructionStats --section SchedulerStats --import-source no -o "$OUT/$k${TAG:-}" \

@@ -198,14 +198,25 @@ __global__ void __launch_bounds__(kAttnThreads, 1) attention_split_kernel(Attent
       // c + 8 ((l / 8) % 2). Rows are 1040 bytes (16-byte aligned, 8 rows hit 8 distinct 16-byte bank groups).
       const __half* qa = &sm.q[(hg * 16 + (lane & 15)) * kQStride + (lane >> 4) * 8];
       const __half* kb = &sm.k[(quarter * 16 + (lane & 7) + (lane >> 4) * 8) * kKStride + ((lane >> 3) & 1) * 8];
-#pragma unroll 4
-      for (unsigned ks = 0; ks < kHeadDim / 16; ++ks) {
+      // Even and odd k-steps accumulate separately (four independent MMA chains instead of two), then add.
+      float s_odd[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+#pragma unroll 2
+      for (unsigned ks = 0; ks < kHeadDim / 16; ks += 2) {
         const unsigned c = ks * 16;
-        std::uint32_t a[4], b[4];
+        std::uint32_t a[4], b[4], a1[4], b1[4];
         ldmatrix_x4(a, qa + c);
         ldmatrix_x4(b, kb + c);
+        ldmatrix_x4(a1, qa + c + 16);
+        ldmatrix_x4(b1, kb + c + 16);
         mma_f16(s[0], a, b[0], b[1]);
         mma_f16(s[1], a, b[2], b[3]);
+        mma_f16(s_odd[0], a1, b1[0], b1[1]);
+        mma_f16(s_odd[1], a1, b1[2], b1[3]);
+      }
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) s[nt][i] += s_odd[nt][i];
       }
       float* srow_lo = &sm.s[(hg * 16 + g) * kSStride];
       float* srow_hi = srow_lo + 8 * kSStride;
@@ -221,34 +232,56 @@ __global__ void __launch_bounds__(kAttnThreads, 1) attention_split_kernel(Attent
       }
     }
     __syncthreads();
-    // ---- online softmax: warp w updates heads 4w .. 4w + 3.
+    // ---- online softmax: warp w updates heads 4w .. 4w + 3 (all four or none: nh is a multiple of 16), the
+    // four heads' shuffle reductions interleaved.
+    static_assert(kAttnThreads / 32 * 4 == kAttnBlockHeads, "16 warps x 4 heads");
+    if (warp * 4 < nh) {
+      constexpr unsigned kH = 4;
+      float v0[kH], v1[kH], mx[kH], m_old[kH];
 #pragma unroll
-    for (unsigned hh = 0; hh < 4; ++hh) {
-      const unsigned h = warp * 4 + hh;
-      if (h >= nh) break;
-      const float v0 = sm.s[h * kSStride + lane], v1 = sm.s[h * kSStride + lane + 32];
-      float mx = fmaxf(v0, v1);
-#pragma unroll
-      for (int o2 = 16; o2 > 0; o2 >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, o2));
-      const float m_old = sm.m[h];
-      const float m_new = fmaxf(m_old, mx);
-      float p0 = 0.0f, p1 = 0.0f, alpha = 1.0f;
-      if (m_new != -INFINITY) {
-        p0 = exp2f(v0 - m_new);
-        p1 = exp2f(v1 - m_new);
-        alpha = exp2f(m_old - m_new);
+      for (unsigned hh = 0; hh < kH; ++hh) {
+        const unsigned h = warp * kH + hh;
+        v0[hh] = sm.s[h * kSStride + lane];
+        v1[hh] = sm.s[h * kSStride + lane + 32];
+        mx[hh] = fmaxf(v0[hh], v1[hh]);
+        m_old[hh] = sm.m[h];
       }
-      const __half x0 = __float2half_rn(p0), x1 = __float2half_rn(p1);
-      sm.pr[h * kPStride + lane] = x0;
-      sm.pr[h * kPStride + lane + 32] = x1;
-      float sum = __half2float(x0) + __half2float(x1);
 #pragma unroll
-      for (int o2 = 16; o2 > 0; o2 >>= 1) sum += __shfl_xor_sync(0xFFFFFFFFu, sum, o2);
-      __syncwarp();
+      for (int o2 = 16; o2 > 0; o2 >>= 1) {
+#pragma unroll
+        for (unsigned hh = 0; hh < kH; ++hh) mx[hh] = fmaxf(mx[hh], __shfl_xor_sync(0xFFFFFFFFu, mx[hh], o2));
+      }
+      float sum[kH], alpha[kH], m_new[kH];
+#pragma unroll
+      for (unsigned hh = 0; hh < kH; ++hh) {
+        const unsigned h = warp * kH + hh;
+        m_new[hh] = fmaxf(m_old[hh], mx[hh]);
+        float p0 = 0.0f, p1 = 0.0f;
+        alpha[hh] = 1.0f;
+        if (m_new[hh] != -INFINITY) {
+          p0 = exp2f(v0[hh] - m_new[hh]);
+          p1 = exp2f(v1[hh] - m_new[hh]);
+          alpha[hh] = exp2f(m_old[hh] - m_new[hh]);
+        }
+        const __half x0 = __float2half_rn(p0), x1 = __float2half_rn(p1);
+        sm.pr[h * kPStride + lane] = x0;
+        sm.pr[h * kPStride + lane + 32] = x1;
+        sum[hh] = __half2float(x0) + __half2float(x1);
+      }
+#pragma unroll
+      for (int o2 = 16; o2 > 0; o2 >>= 1) {
+#pragma unroll
+        for (unsigned hh = 0; hh < kH; ++hh) sum[hh] += __shfl_xor_sync(0xFFFFFFFFu, sum[hh], o2);
+      }
+      __syncwarp();  // every lane has read m_old before lane 0 replaces it
       if (lane == 0) {
-        sm.l[h] = sm.l[h] * alpha + sum;
-        sm.m[h] = m_new;
-        sm.alpha[h] = alpha;
+#pragma unroll
+        for (unsigned hh = 0; hh < kH; ++hh) {
+          const unsigned h = warp * kH + hh;
+          sm.l[h] = sm.l[h] * alpha[hh] + sum[hh];
+          sm.m[h] = m_new[hh];
+          sm.alpha[h] = alpha[hh];
+        }
       }
     }
     __syncthreads();
