@@ -45,6 +45,19 @@ SplitPlan plan_splits(std::uint32_t count, std::uint32_t heads, std::uint32_t ma
   return plan;
 }
 
+// Heads per block: 64 (each row tile read once for all of them) unless the grid would leave most
+// multiprocessors idle (a decode step of one or a few sequences over a short row list, e.g. a ratio-4 layer's
+// 640 rows): then the fewest heads per block, 16 or 32, whose grid still fits in one wave (one block per
+// multiprocessor). A head's arithmetic does not depend on the heads beside it, so the outputs are the same.
+std::uint32_t pick_block_heads(std::uint32_t count, std::uint32_t heads, std::uint32_t splits) {
+  const auto resident = static_cast<std::uint64_t>(detail::multiprocessors());
+  for (std::uint32_t bh : {16u, 32u}) {
+    const std::uint64_t blocks = std::uint64_t{count} * splits * ((heads + bh - 1) / bh);
+    if (bh < heads && blocks <= resident) return bh;
+  }
+  return detail::kAttnBlockHeads;
+}
+
 struct AttnWorkspace {
   std::uint64_t part_o, part_ml, total;
 };
@@ -118,6 +131,7 @@ Status sparse_attention(const AttentionArgs& a, void* workspace, std::uint64_t w
   p.index_topk = a.index_topk;
   p.splits = plan.splits;
   p.split_rows = plan.split_rows;
+  p.block_heads = pick_block_heads(a.count, a.heads, plan.splits);
   p.inverse_rope = a.inverse_rope ? 1u : 0u;
   p.scale_log2 = static_cast<float>(1.4426950408889634 / std::sqrt(512.0));
   static const cudaError_t prepared = detail::prepare_attention();

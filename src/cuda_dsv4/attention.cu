@@ -92,10 +92,10 @@ __device__ __forceinline__ void stage_rows(std::uint8_t* raw, const std::uint8_t
 __global__ void __launch_bounds__(kAttnThreads, 1) attention_split_kernel(AttentionParams p) {
   extern __shared__ __align__(16) std::uint8_t smem_raw[];
   AttnSmem& sm = *reinterpret_cast<AttnSmem*>(smem_raw);
-  const std::uint32_t split = blockIdx.x, token = blockIdx.y, h0 = blockIdx.z * kAttnBlockHeads;
+  const std::uint32_t split = blockIdx.x, token = blockIdx.y, h0 = blockIdx.z * p.block_heads;
   const unsigned tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, tig = lane % 4;
   const unsigned hg = warp / 4, quarter = warp % 4;
-  const std::uint32_t nh = min(kAttnBlockHeads, p.heads - h0);  // a multiple of 16
+  const std::uint32_t nh = min(p.block_heads, p.heads - h0);  // a multiple of 16, at most kAttnBlockHeads
   const bool active = hg * kAttnHeadGroup < nh;
   const TokenRowsDev d = p.tokens[token];
   const std::uint32_t nw = window_count(d.position);
@@ -439,7 +439,7 @@ cudaError_t prepare_attention() {
 
 cudaError_t launch_attention(const AttentionParams& p, cudaStream_t stream) {
   if (p.count == 0) return cudaSuccess;
-  const dim3 grid(p.splits, p.count, (p.heads + kAttnBlockHeads - 1) / kAttnBlockHeads);
+  const dim3 grid(p.splits, p.count, (p.heads + p.block_heads - 1) / p.block_heads);
   attention_split_kernel<<<grid, kAttnThreads, sizeof(AttnSmem), stream>>>(p);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return e;

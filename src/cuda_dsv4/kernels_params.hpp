@@ -95,7 +95,7 @@ cudaError_t launch_topk(const TopkParams& p, std::uint32_t multiprocessors, cuda
 // ---- sparse attention ---------------------------------------------------------------------------------
 inline constexpr std::uint32_t kAttnTileRows = 64;
 inline constexpr std::uint32_t kAttnHeadGroup = 16;   // heads per warp (the MMA's M); heads are a multiple
-inline constexpr std::uint32_t kAttnBlockHeads = 64;  // heads per block: each row tile is read once for them
+inline constexpr std::uint32_t kAttnBlockHeads = 64;  // most heads per block: each row tile is read once for them
 inline constexpr std::uint32_t kAttnThreads = 512;    // 16 warps: 4 head groups x 4 row / dim quarters
 inline constexpr std::uint32_t kAttnMaxSplits = 4096;
 struct AttentionParams {
@@ -108,6 +108,7 @@ struct AttentionParams {
   float* part_ml;               // [count, heads, splits, 2]  (max in log2 units, sum)
   float inv_freq[32];
   std::uint32_t count, heads, storage, row_bytes, ratio, index_stride, index_topk, splits, split_rows;
+  std::uint32_t block_heads;  // heads per block: 16, 32 or kAttnBlockHeads (attention.cpp picks)
   std::uint32_t inverse_rope;
   float scale_log2;  // log2(e) / sqrt(512)
 };

@@ -547,6 +547,13 @@ TEST(CudaDsv4KernelsSmall, AttentionTiny) {
   c.ratio = 128;
   c.positions = {300};
   run_attention_case(c);
+  // 64 heads over a short row list: blocks of 16 heads (h0 = 16, 32, 48), under the sanitizers too.
+  c.name = "small-64-heads";
+  c.storage = kd::RowStorage::Bf16;
+  c.heads = 64;
+  c.ratio = 4;
+  c.positions = {50, 5};
+  run_attention_case(c);
 }
 
 // Host-side argument checks: no device needed (they fail before any CUDA call), so CI runs them too.
