@@ -34,15 +34,7 @@ DeviceCache& DeviceCache::operator=(DeviceCache&&) noexcept = default;
 DeviceCache::~DeviceCache() = default;
 
 Result<DeviceCache> DeviceCache::create(const ktq::CacheShape& shape, const ktq::QuantConfig& config) {
-  KVC_TRY(config.validate());
-  KVC_TRY(ktq::validate_head_dim(shape.head_dim));
-  if (shape.kv_heads.empty()) {
-    return make_error(ErrorCode::InvalidArgument, "a cache needs at least one layer (kv_heads is empty)");
-  }
-  if (shape.sequences == 0 || shape.capacity == 0) {
-    return make_error(ErrorCode::InvalidArgument, "a cache needs sequences and capacity > 0 (got {}, {})",
-                      shape.sequences, shape.capacity);
-  }
+  KVC_TRY(ktq::validate_cache_shape(shape, config));
   DeviceCache cache;
   cache.config_ = config;
   cache.head_dim_ = shape.head_dim;

@@ -48,7 +48,7 @@ TurboQuantCache::TurboQuantCache(TurboQuantCache&&) noexcept = default;
 TurboQuantCache& TurboQuantCache::operator=(TurboQuantCache&&) noexcept = default;
 TurboQuantCache::~TurboQuantCache() = default;
 
-Result<TurboQuantCache> TurboQuantCache::create(const CacheShape& shape, const QuantConfig& config) {
+Status validate_cache_shape(const CacheShape& shape, const QuantConfig& config) {
   KVC_TRY(config.validate());
   KVC_TRY(validate_head_dim(shape.head_dim));
   if (shape.kv_heads.empty()) {
@@ -58,6 +58,11 @@ Result<TurboQuantCache> TurboQuantCache::create(const CacheShape& shape, const Q
     return make_error(ErrorCode::InvalidArgument, "a cache needs sequences and capacity > 0 (got {}, {})",
                       shape.sequences, shape.capacity);
   }
+  return ok_status();
+}
+
+Result<TurboQuantCache> TurboQuantCache::create(const CacheShape& shape, const QuantConfig& config) {
+  KVC_TRY(validate_cache_shape(shape, config));
   TurboQuantCache cache;
   cache.config_ = config;
   cache.head_dim_ = shape.head_dim;

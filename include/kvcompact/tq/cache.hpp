@@ -28,6 +28,10 @@ struct CacheShape {
   std::uint32_t capacity = 0;  // positions per sequence
 };
 
+// The checks every cache (CPU or GPU) makes before planning its layers: the config, head_dim, at least one
+// layer, sequences and capacity > 0. Both caches call it, so they reject a bad shape with the same error.
+Status validate_cache_shape(const CacheShape& shape, const QuantConfig& config);
+
 // One (layer, sequence) taken out of a cache: everything needed to put it back, in any cache with the
 // same head_dim, kv_heads, config (modes, seed, window) and layer index. Packed regions are head-major,
 // time-major inside a head: region[(head · length + position) · bytes_per_token + byte], with the
