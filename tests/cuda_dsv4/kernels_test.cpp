@@ -556,6 +556,23 @@ TEST(CudaDsv4KernelsSmall, AttentionTiny) {
   run_attention_case(c);
 }
 
+// Long row lists: a ratio-128 token at 1M context (8320 rows in 130 splits: the merge's four thread groups, 16
+// partial loads in flight, the first round issued before the weights), then two tokens (65 splits, of which the
+// token at 300000 uses 20), under the sanitizers too.
+TEST(CudaDsv4KernelsSmall, AttentionManySplits) {
+  SKIP_WITHOUT_GPU();
+  // The cases must reach that path: at least 64 splits of 64 heads x 512 floats per token.
+  EXPECT_GE(attention_workspace_bytes(1, 64, 8320), std::uint64_t{64} * 64 * 512 * 4);
+  EXPECT_GE(attention_workspace_bytes(2, 64, 8320), std::uint64_t{2} * 64 * 64 * 512 * 4);
+  AttnCase c;
+  c.name = "many-splits";
+  c.ratio = 128;
+  c.positions = {1048575};
+  run_attention_case(c);
+  c.positions = {300000, 1048575};
+  run_attention_case(c);
+}
+
 // Host-side argument checks: no device needed (they fail before any CUDA call), so CI runs them too.
 TEST(CudaDsv4KernelsArgs, InvalidArgumentsAreRejected) {
   EXPECT_EQ(topk_max_rows(512), 0x7FFFFFFFu);
