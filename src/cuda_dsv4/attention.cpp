@@ -44,10 +44,12 @@ SplitPlan plan_splits(std::uint32_t count, std::uint32_t heads, std::uint32_t ma
   const std::uint64_t head_blocks = (heads + detail::kAttnBlockHeads - 1) / detail::kAttnBlockHeads;
   const std::uint64_t base = std::max<std::uint64_t>(1, std::uint64_t{count} * head_blocks);
   const auto sms = static_cast<std::uint64_t>(detail::multiprocessors());
-  const std::uint64_t min_per_split = (tiles + detail::kAttnMaxSplits - 1) / detail::kAttnMaxSplits;
+  // Candidates: for each split count s (at most kAttnMaxSplits), its fewest tiles per split, in ascending order of
+  // tiles per split (a larger one with the same split count only costs more). Ties keep the fewer tiles per split.
   std::uint64_t best_per_split = tiles;
   double best_cost = -1.0;
-  for (std::uint64_t per_split = min_per_split; per_split <= tiles; ++per_split) {
+  for (std::uint64_t s = std::min<std::uint64_t>(tiles, detail::kAttnMaxSplits); s >= 1; --s) {
+    const std::uint64_t per_split = (tiles + s - 1) / s;
     const std::uint64_t splits = (tiles + per_split - 1) / per_split;
     const std::uint64_t waves = (base * splits + sms - 1) / sms;
     const double cost = static_cast<double>(waves) * (kFixedTiles + static_cast<double>(per_split)) +

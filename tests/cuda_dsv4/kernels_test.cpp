@@ -556,9 +556,9 @@ TEST(CudaDsv4KernelsSmall, AttentionTiny) {
   run_attention_case(c);
 }
 
-// Long row lists: a ratio-128 token at 1M context (8320 rows in 130 splits: the merge's four thread groups, 16
-// partial loads in flight, the first round issued before the weights), then two tokens (65 splits, of which the
-// token at 300000 uses 20), under the sanitizers too.
+// Long row lists: a ratio-128 token at 1M context (8320 rows in 130 splits: the merge's four thread groups, each
+// walking every fourth split), then two tokens (65 splits, of which the token at 300000 uses 20), under the
+// sanitizers too.
 TEST(CudaDsv4KernelsSmall, AttentionManySplits) {
   SKIP_WITHOUT_GPU();
   // The cases must reach that path: at least 64 splits of 64 heads x 512 floats per token.
@@ -571,6 +571,30 @@ TEST(CudaDsv4KernelsSmall, AttentionManySplits) {
   run_attention_case(c);
   c.positions = {300000, 1048575};
   run_attention_case(c);
+}
+
+// The attention's split plan, seen through the workspace it sizes: per token, splits x 64 heads x (512 floats, then
+// max and sum), each array 256-byte aligned. The counts are those of 132 multiprocessors (the H200, and the
+// fallback without a device), so CI checks them too.
+TEST(CudaDsv4KernelsArgs, SplitPlanOfTheDecodeBenchmark) {
+  if (device_count() > 0) {
+    const auto props = device_properties(0);
+    if (!props.ok() || props->multiprocessors != 132) GTEST_SKIP() << "the pinned plans are for 132 multiprocessors";
+  }
+  auto ws = [](std::uint64_t count, std::uint64_t splits) {
+    const std::uint64_t parts = count * 64 * splits;
+    auto align256 = [](std::uint64_t x) { return (x + 255) / 256 * 256; };
+    return align256(parts * 512 * 4) + align256(parts * 2 * 4);
+  };
+  EXPECT_EQ(attention_workspace_bytes(8, 64, 8320), ws(8, 15));      // 1M, ratio 128: 15 splits of 9 tiles, one wave
+  EXPECT_EQ(attention_workspace_bytes(8, 64, 2176), ws(8, 12));      // 256K, ratio 128: 12 splits of 3 tiles
+  EXPECT_EQ(attention_workspace_bytes(8, 64, 640), ws(8, 10));       // ratio 4: one tile per split
+  EXPECT_EQ(attention_workspace_bytes(1, 64, 8320), ws(1, 130));     // batch 1: one tile per split
+  EXPECT_EQ(attention_workspace_bytes(4096, 64, 640), ws(4096, 1));  // a prefill chunk: one split per token
+  // A huge row bound is planned at once (at most 4096 candidates) and within 4096 splits.
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_LE(attention_workspace_bytes(1, 64, 0xFFFFFFFFu), ws(1, 4096));
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(1));
 }
 
 // Host-side argument checks: no device needed (they fail before any CUDA call), so CI runs them too.
