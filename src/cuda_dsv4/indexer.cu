@@ -1,9 +1,11 @@
 // DeepSeek-V4 lightning indexer on the GPU: query preparation (Hadamard + FP4, bit for bit the CPU's
-// prepare_indexer_query) and scores I[s] = sum_h w_h ReLU(q_h . k_s) with int8 tensor cores. The scores are
-// bit-identical to the CPU fast path (indexer_scores): FP4-grid values are small integers times a power of
-// two, so every q_h . k_s is exact in int32 here and exact in the CPU's float32 sums; the head sum then runs
-// in the CPU's order with IEEE round-to-nearest multiplies and adds (no FMA contraction). Rows or queries
-// that are not on such a grid take an exact scalar emulation of the CPU's arithmetic instead.
+// prepare_indexer_query) and scores I[s] = sum_h w_h ReLU(q_h . k_s) on tensor cores: bf16 MMAs straight on
+// BF16 key rows, int8 MMAs on FP8 / MXFP4 rows decoded to integer codes. The scores are bit-identical to the CPU
+// fast path (indexer_scores): FP4-grid values are small integers times a power of two, so every q_h . k_s is
+// exact here (int32, or f32 sums of at most 22 significant bits) and exact in the CPU's float32 sums; the head
+// sum then runs in the CPU's order with IEEE round-to-nearest multiplies and adds (no FMA contraction). Rows or
+// queries that are not on such a grid take an exact scalar emulation of the CPU's arithmetic instead.
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -167,7 +169,7 @@ constexpr unsigned kKiStride = 144;  // bytes per key row in shared memory (conf
 // Row stride of the per-head products: each lane stores its two adjacent rows as one 8-byte value, and a stride
 // of 72 floats (36 eight-byte words, 4 mod 16) puts the 16 lanes of each half-warp on distinct bank pairs.
 constexpr unsigned kPStride = kScoreTileRows + 8;
-constexpr unsigned kRawBf16Stride = 272;  // raw BF16 rows in shared memory: 256 B + 16 (conflict-free 16-B reads)
+constexpr unsigned kRawBf16Stride = 272;  // raw BF16 rows: 256 B + 16 (conflict-free 16-B and ldmatrix reads)
 constexpr unsigned kRawBytes = kScoreTileRows * kRawBf16Stride;  // per buffer; FP8 / MXFP4 tiles are smaller
 
 // The int8 key rows of a tile (64 x kKiStride bytes) are written over the tile's own raw buffer once every
@@ -179,7 +181,7 @@ struct ScoreSmem {
   float ps[kIndexerMaxHeads * kPStride];
   float sk[kScoreTileRows];     // 2^fk of each row (its int8 codes' exponent); 1 for rows of the scalar path
   int flagged[kScoreTileRows];  // rows of the tile that take the exact scalar path
-  int nflagged;
+  int nflagged[2];              // their count, by tile parity (reset one tile ahead; see the loop)
   int q_ok, fq_min, fq_max;
   int wq_emin, wq_emax;  // over the heads with w_h 2^fq_h != 0: floor(log2 |w_h 2^fq_h|), min and max + 1
 };
@@ -211,46 +213,69 @@ __device__ __forceinline__ void stage_tile(std::uint8_t* dst, const std::uint8_t
   cp_async_commit();
 }
 
-// 64 floats of one thread to integers at the row's exponent f = floor(log2(amax)) - 6 (|code| < 128); ok is
-// cleared when a value is not code * 2^f exactly (off the grid, or not finite) or f is out of range.
-// Branch-free and without conversion instructions: |x * 2^-f| < 128, so fl(x * 2^-f + 1.5 * 2^23) holds the
-// nearest integer in its low bits (the code is the low byte of the sum's bits, two's complement), and
-// code * 2^f - x, one fused multiply-add, is exactly zero iff x is on the grid (a nonzero difference of two
-// floats is a multiple of 2^-149 and never rounds to zero). The residues are OR-ed: a single nonzero one (or a
-// NaN) flags the row. Equivalent to checking that fl(x * 2^-f) is an integer that is zero only for x = 0.
-__device__ __forceinline__ int float_codes(const float (&v)[64], std::uint32_t (&packed)[16], bool& ok) {
-  // The maximum as a tree of eight chains (one chain of 64 dependent FMNMX was the decode's largest stall).
-  float m8[8];
-#pragma unroll
-  for (int c = 0; c < 8; ++c) m8[c] = fabsf(v[c]);
-#pragma unroll
-  for (int k = 8; k < 64; ++k) m8[k % 8] = fmaxf(m8[k % 8], fabsf(v[k]));
-  float amax = fmaxf(fmaxf(fmaxf(m8[0], m8[1]), fmaxf(m8[2], m8[3])), fmaxf(fmaxf(m8[4], m8[5]), fmaxf(m8[6], m8[7])));
-  amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, 1));
+// Key rows become int8 codes at one exponent per row, f = floor(log2(amax)) - 6 (|code| < 128); a row whose
+// values are not all code * 2^f exactly (off the grid, or not finite) or whose f is out of range is flagged (ok
+// cleared) and takes the exact scalar path. A value x is on the grid iff y = x * 2^-f is an integer, and with
+// |y| < 128 that holds iff y + 1.5 * 2^23 is a float: iff rounding it down and rounding it up (one FFMA each; the
+// product is exact inside the FMA) agree. The rounded-down sum then holds the code in its low byte (two's
+// complement: the floats of [2^23, 2^24) are the integers), and the disagreement of the two roundings is OR-ed
+// over the row. A NaN rounds to the same NaN both ways, so the largest magnitude is taken with NaN-propagating
+// maxima: a NaN (or an infinity) makes it non-finite, which flags the row.
+constexpr float kCodeMagic = 12582912.0f;  // 1.5 * 2^23
+
+// max(a, b), NaN when either is NaN (fmaxf would drop it).
+__device__ __forceinline__ float max_nan(float a, float b) {
+  float d;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+  return d;
+}
+
+// The row's code exponent from its largest magnitude (finite and normal, else ok is cleared).
+__device__ __forceinline__ int code_exponent(float amax, bool& ok) {
   int f = 0;
-  if (amax > 0.0f) {
+  if (amax != 0.0f) {  // (a NaN is != 0, with exponent 0xFF)
     const std::uint32_t ex = (__float_as_uint(amax) >> 23) & 0xFFu;
     if (ex == 0 || ex == 0xFFu) ok = false;
     f = static_cast<int>(ex) - 127 - 6;
   }
   ok = ok && f >= -126 && f <= 100;
-  const float down = pow2f(-f), up = pow2f(f);
-  constexpr float kMagic = 12582912.0f;  // 1.5 * 2^23: integers below 2^22 in magnitude sit in its low bits
-  std::uint32_t residue = 0;
+  return f;
+}
+
+// The rounded-down sum x * 2^-f + 1.5 * 2^23 (its low byte is the code); ORs the disagreement of the two
+// roundings into mismatch.
+__device__ __forceinline__ std::uint32_t code_bits(float x, float down, std::uint32_t& mismatch) {
+  const float below = __fmaf_rd(x, down, kCodeMagic), above = __fmaf_ru(x, down, kCodeMagic);
+  mismatch |= __float_as_uint(below) ^ __float_as_uint(above);
+  return __float_as_uint(below);
+}
+
+// The low bytes of four codes' sums as one word (c0 in byte 0).
+__device__ __forceinline__ std::uint32_t pack_code_bytes(std::uint32_t c0, std::uint32_t c1, std::uint32_t c2, std::uint32_t c3) {
+  return __byte_perm(__byte_perm(c0, c1, 0x0040u), __byte_perm(c2, c3, 0x0040u), 0x5410u);
+}
+
+// 64 floats of one thread (half a row; the partner lane, lane ^ 1, holds the other half) to codes.
+__device__ __forceinline__ int float_codes(const float (&v)[64], std::uint32_t (&packed)[16], bool& ok) {
+  // The maximum as a tree of eight chains (one chain of 64 dependent maxima was the decode's largest stall).
+  float m8[8];
+#pragma unroll
+  for (int c = 0; c < 8; ++c) m8[c] = fabsf(v[c]);
+#pragma unroll
+  for (int k = 8; k < 64; ++k) m8[k % 8] = max_nan(m8[k % 8], fabsf(v[k]));
+  float amax = max_nan(max_nan(max_nan(m8[0], m8[1]), max_nan(m8[2], m8[3])), max_nan(max_nan(m8[4], m8[5]), max_nan(m8[6], m8[7])));
+  amax = max_nan(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, 1));
+  const int f = code_exponent(amax, ok);
+  const float down = pow2f(-f);
+  std::uint32_t mismatch[4] = {0u, 0u, 0u, 0u};  // four independent OR chains instead of one of 64
 #pragma unroll
   for (int k = 0; k < 16; ++k) {
-    std::uint32_t sum[4];
+    std::uint32_t c[4];
 #pragma unroll
-    for (int b = 0; b < 4; ++b) {
-      const float x = v[4 * k + b];
-      const float t = __fmaf_rn(x, down, kMagic);
-      const float code = __fsub_rn(t, kMagic);
-      residue |= __float_as_uint(__fmaf_rn(code, up, -x));
-      sum[b] = __float_as_uint(t);
-    }
-    packed[k] = __byte_perm(__byte_perm(sum[0], sum[1], 0x0040u), __byte_perm(sum[2], sum[3], 0x0040u), 0x5410u);
+    for (int b = 0; b < 4; ++b) c[b] = code_bits(v[4 * k + b], down, mismatch[b]);
+    packed[k] = pack_code_bytes(c[0], c[1], c[2], c[3]);
   }
-  ok = ok && (residue << 1) == 0u;  // -0 residues are fine
+  ok = ok && (mismatch[0] | mismatch[1] | mismatch[2] | mismatch[3]) == 0u;
   return f;
 }
 
@@ -292,9 +317,71 @@ __device__ __forceinline__ bool mxfp4_block_codes(const std::uint32_t* wd, int s
   return (any_index & 0x77777777u) == 0;
 }
 
+// BF16 key rows go to the tensor cores as they are (bf16 MMA, f32 accumulation) when the row check below holds:
+// every value has at most two significant bits (mantissa bits 0-5 clear: the FP4 grid of the model's rows) and
+// every nonzero magnitude is at least 2^(E-6), where E = floor(log2 amax) is normal and in [-120, 100]. Then every
+// value is a multiple of 2^(E-7) below 2^(E+1) in magnitude; with integer query codes |c| <= 127 each product c x
+// is a multiple of 2^(E-7) below 2^(E+8), and every partial sum of the 128 products a multiple of 2^(E-7) below
+// 2^(E+15): 22 significant bits, exact in f32 with two bits to spare. The tensor core's products are exact and its
+// f32 accumulation, which aligns the addends to the largest and keeps f32 width, then drops no set bit, so the
+// MMA gives I = q.k / 2^fq exactly. (The tests check every score's bits against the CPU, with rows that fill the
+// 22 bits.) Per word of two values this costs four instructions: the largest and the smallest nonzero magnitude by
+// 16-bit integer max / min of the magnitude bits (non-negative bf16 bit patterns order as their values; NaN and
+// infinity lie above every finite one), the latter on magnitude + 0x7FFF, which sends 0 to the top (0x7FFF as a
+// signed 16-bit lane) and carries into no other lane (magnitudes are below 0x8000), and the OR of the low
+// mantissa bits. The partner lane (lane ^ 1) holds the row's other half. Returns E; clears ok when the row fails.
+__device__ __forceinline__ int bf16_row_check(const std::uint32_t (&words)[32], bool& ok) {
+  std::uint32_t largest[2] = {0u, 0u}, smallest[2] = {0x7FFF7FFFu, 0x7FFF7FFFu}, low_bits = 0u;
+#pragma unroll
+  for (int k = 0; k < 32; k += 2) {
+    const std::uint32_t m0 = words[k] & 0x7FFF7FFFu, m1 = words[k + 1] & 0x7FFF7FFFu;
+    largest[k / 2 % 2] = __vimax3_s16x2(m0, m1, largest[k / 2 % 2]);
+    smallest[k / 2 % 2] = __vimin3_s16x2(m0 + 0x7FFF7FFFu, m1 + 0x7FFF7FFFu, smallest[k / 2 % 2]);
+    low_bits |= (words[k] | words[k + 1]) & 0x003F003Fu;
+  }
+  const std::uint32_t l2 = __vimax3_s16x2(largest[0], largest[1], largest[1]);
+  const std::uint32_t s2 = __vimin3_s16x2(smallest[0], smallest[1], smallest[1]);
+  int amax = max(static_cast<int>(l2 & 0xFFFFu), static_cast<int>(l2 >> 16));
+  int smin = min(static_cast<int>(static_cast<std::int16_t>(s2 & 0xFFFFu)), static_cast<int>(static_cast<std::int16_t>(s2 >> 16)));
+  amax = max(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, 1));
+  smin = min(smin, __shfl_xor_sync(0xFFFFFFFFu, smin, 1));
+  low_bits |= __shfl_xor_sync(0xFFFFFFFFu, low_bits, 1);
+  if (amax == 0) return 0;  // all zeros: exact at any exponent
+  const int ex = amax >> 7;  // biased exponent; 0: subnormal, 0xFF: infinity or NaN
+  const int e = ex - 127;
+  const int smallest_nonzero = smin + 0x8001;  // (smin is not 0x7FFF: some value is nonzero)
+  ok = ok && ex != 0 && ex != 0xFF && e >= -120 && e <= 100 && low_bits == 0u &&
+       smallest_nonzero >= ((e - 6 + 127) << 7);
+  return e;
+}
+
+__device__ __forceinline__ void mma_bf16(float (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0, std::uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Two int8 query codes (exact in bf16: |c| <= 127) as a bf16 pair, lo in the low half.
+__device__ __forceinline__ std::uint32_t codes_to_bf16x2(std::int8_t lo, std::int8_t hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(static_cast<float>(lo), static_cast<float>(hi));
+  return *reinterpret_cast<const std::uint32_t*>(&v);
+}
+
+// fl(wq max(I, 0)) of an integer dot I (|I| < 2^21) in two instructions: the bits 0x4B000000 + max(I, 0) (one
+// add-and-max) are the float 2^23 + max(I, 0), exactly (the floats of [2^23, 2^24) are the integers), and one
+// FMA with offset = -wq 2^23 rounds wq (2^23 + max(I, 0)) - wq 2^23 = wq max(I, 0) once. (A zero product comes out
+// +0 where fl(wq 0) is -0 for a negative wq; the head sum starts at +0, so the sign of a zero term never shows.)
+__device__ __forceinline__ float relu_product(float wq, float offset, int dot) {
+  return __fmaf_rn(wq, __int_as_float(__viaddmax_s32(dot, 0x4B000000, 0x4B000000)), offset);
+}
+
 // Block: 4 warps (warp w: heads 16w .. 16w + 15); tiles of 64 key rows of one token, raw bytes double-buffered
-// in shared memory with cp.async.
-__global__ void __launch_bounds__(kScoreThreads) score_kernel(ScoreParams p) {
+// in shared memory with cp.async. kBf16Rows: BF16 storage, whose rows go to bf16 MMAs as they are (see
+// bf16_row_check; per tile: check, MMA, head sum, two barriers); else FP8 / MXFP4 rows are decoded to int8 codes
+// in shared memory for int8 MMAs (four barriers).
+template <bool kBf16Rows>
+__global__ void __launch_bounds__(kScoreThreads, 4) score_kernel(ScoreParams p) {
   extern __shared__ __align__(16) std::uint8_t smem_raw[];
   ScoreSmem& sm = *reinterpret_cast<ScoreSmem*>(smem_raw);
   const unsigned token = blockIdx.y;
@@ -320,7 +407,7 @@ __global__ void __launch_bounds__(kScoreThreads) score_kernel(ScoreParams p) {
     sm.fq_max = -(1 << 20);
     sm.wq_emin = 1 << 20;
     sm.wq_emax = -(1 << 20);
-    sm.nflagged = 0;
+    sm.nflagged[0] = sm.nflagged[1] = 0;
   }
   __syncthreads();
   auto weight_times_2fq = [&](unsigned h) { return __fmul_rn(w[h], pow2f(fq[h])); };
@@ -339,20 +426,34 @@ __global__ void __launch_bounds__(kScoreThreads) score_kernel(ScoreParams p) {
       atomicMax(&sm.wq_emax, e + 1);
     }
   }
-  // A fragments (16 heads x 128 dims as 4 k-steps of 32) stay in registers for every tile.
-  std::uint32_t a[4][4];
+  // A fragments (16 heads x 128 dims: 8 bf16 k-steps of 16, or 4 int8 k-steps of 32) stay in registers.
+  constexpr int kKSteps = kBf16Rows ? 8 : 4;
+  std::uint32_t a[kKSteps][4];
   const unsigned ha = warp * 16 + g, hb = ha + 8;
 #pragma unroll
-  for (int ks = 0; ks < 4; ++ks) {
-    const unsigned col = ks * 32 + tig * 4;
-    a[ks][0] = *reinterpret_cast<const std::uint32_t*>(qi + ha * kIndexerDim + col);
-    a[ks][1] = *reinterpret_cast<const std::uint32_t*>(qi + hb * kIndexerDim + col);
-    a[ks][2] = *reinterpret_cast<const std::uint32_t*>(qi + ha * kIndexerDim + col + 16);
-    a[ks][3] = *reinterpret_cast<const std::uint32_t*>(qi + hb * kIndexerDim + col + 16);
+  for (int ks = 0; ks < kKSteps; ++ks) {
+    if constexpr (kBf16Rows) {
+      const unsigned col = ks * 16 + tig * 2;
+      const std::int8_t* qa = qi + ha * kIndexerDim + col;
+      const std::int8_t* qb = qi + hb * kIndexerDim + col;
+      a[ks][0] = codes_to_bf16x2(qa[0], qa[1]);
+      a[ks][1] = codes_to_bf16x2(qb[0], qb[1]);
+      a[ks][2] = codes_to_bf16x2(qa[8], qa[9]);
+      a[ks][3] = codes_to_bf16x2(qb[8], qb[9]);
+    } else {
+      const unsigned col = ks * 32 + tig * 4;
+      a[ks][0] = *reinterpret_cast<const std::uint32_t*>(qi + ha * kIndexerDim + col);
+      a[ks][1] = *reinterpret_cast<const std::uint32_t*>(qi + hb * kIndexerDim + col);
+      a[ks][2] = *reinterpret_cast<const std::uint32_t*>(qi + ha * kIndexerDim + col + 16);
+      a[ks][3] = *reinterpret_cast<const std::uint32_t*>(qi + hb * kIndexerDim + col + 16);
+    }
   }
   // w_h * 2^fq_h of the warp's two heads (exact: checked above, else the whole token takes the scalar path).
   const float wqa = ha < p.heads ? weight_times_2fq(ha) : 0.0f;
   const float wqb = hb < p.heads ? weight_times_2fq(hb) : 0.0f;
+  // -wq 2^23 for relu_product: exact unless it overflows, and then (w 2^fq above 2^104) the row checks below flag
+  // every row, whose terms the scalar path writes.
+  const float wqa_offset = __fmul_rn(wqa, -8388608.0f), wqb_offset = __fmul_rn(wqb, -8388608.0f);
   __syncthreads();
   const bool q_ok = sm.q_ok != 0;
   const int fq_min = sm.fq_min, fq_max = sm.fq_max, wq_emin = sm.wq_emin, wq_emax = sm.wq_emax;
@@ -369,11 +470,64 @@ __global__ void __launch_bounds__(kScoreThreads) score_kernel(ScoreParams p) {
       cp_async_wait<0>();
     }
     __syncthreads();  // the tile's raw rows are in; every thread is done with the previous tile
-    // The flagged-row count is reset here: its readers (the previous tile's scalar path) are all past this
-    // barrier, and the decode adds to it only after the next one. (Not before the first tile's barrier: the
-    // compiler reads q_ok / fq_min / fq_max with one 16-byte load that also covers nflagged, and racecheck
-    // found a reset there racing with that load.)
-    if (tid == 0) sm.nflagged = 0;
+    // The next tile's flagged-row count is reset here: its last readers (the previous tile's scalar path) are
+    // past this barrier, and its writers (the next tile's row checks) come after the next tile's first barrier.
+    // This tile adds to nflagged[buf], reset one tile ago (the first tile's in the prologue).
+    if (tid == 0) sm.nflagged[buf ^ 1u] = 0;
+    if constexpr (kBf16Rows) {
+      // ---- row check: two threads per key row (dims [64 half, 64 half + 64)).
+      const unsigned r = tid / 2, half = tid % 2;
+      const std::uint8_t* rr = sm.raw[buf] + r * kRawBf16Stride + half * 128;
+      std::uint32_t words[32];
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const uint4 q = r < nrows ? *reinterpret_cast<const uint4*>(rr + 16 * k) : make_uint4(0, 0, 0, 0);
+        words[4 * k] = q.x;
+        words[4 * k + 1] = q.y;
+        words[4 * k + 2] = q.z;
+        words[4 * k + 3] = q.w;
+      }
+      bool ok = true;
+      const int e = bf16_row_check(words, ok);
+      // The CPU's own float dot must be exact as well: its products are multiples of 2^(fq + e - 7) and its
+      // partial sums below 2^(fq + e + 15).
+      ok = ok && fq_min + e - 7 >= -149 && fq_max + e + 15 <= 126;
+      if (half == 0) {
+        sm.sk[r] = 1.0f;  // the MMA terms are the CPU's terms themselves (see the epilogue)
+        if (r < nrows && !(q_ok && ok)) sm.flagged[atomicAdd(&sm.nflagged[buf], 1)] = static_cast<int>(r);
+      }
+      // ---- bf16 MMA on the raw rows (ldmatrix: register j of chunk c holds dims 32 c + 8 j + 2 tig, + 1 of row
+      // 8 group + g, the B fragments of k-steps 2 c (j = 0, 1) and 2 c + 1 (j = 2, 3)); four groups of 8 rows at
+      // a time. Rows past nrows hold stale bytes; their terms are never summed. Terms fl((w_h 2^fq_h) max(I, 0))
+      // = fl(w_h max(q.k, 0)), the CPU's terms bit for bit: (w 2^fq) I = w q.k exactly.
+      constexpr unsigned kGroupsAtOnce = 4;
+#pragma unroll
+      for (unsigned ng0 = 0; ng0 < kScoreTileRows / 8; ng0 += kGroupsAtOnce) {
+        float acc[kGroupsAtOnce][4];
+#pragma unroll
+        for (unsigned i = 0; i < kGroupsAtOnce; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+#pragma unroll
+        for (unsigned c = 0; c < kIndexerDim / 32; ++c) {
+          std::uint32_t b[kGroupsAtOnce][4];
+#pragma unroll
+          for (unsigned i = 0; i < kGroupsAtOnce; ++i) {
+            ldmatrix_x4(b[i], sm.raw[buf] + ((ng0 + i) * 8 + lane % 8) * kRawBf16Stride + (32 * c + 8 * (lane / 8)) * 2);
+          }
+#pragma unroll
+          for (unsigned i = 0; i < kGroupsAtOnce; ++i) mma_bf16(acc[i], a[2 * c], b[i][0], b[i][1]);
+#pragma unroll
+          for (unsigned i = 0; i < kGroupsAtOnce; ++i) mma_bf16(acc[i], a[2 * c + 1], b[i][2], b[i][3]);
+        }
+#pragma unroll
+        for (unsigned i = 0; i < kGroupsAtOnce; ++i) {
+          const unsigned ra = (ng0 + i) * 8 + tig * 2;  // even: the float2 accesses are aligned
+          *reinterpret_cast<float2*>(&sm.ps[ha * kPStride + ra]) =
+              make_float2(__fmul_rn(wqa, fmaxf(acc[i][0], 0.0f)), __fmul_rn(wqa, fmaxf(acc[i][1], 0.0f)));
+          *reinterpret_cast<float2*>(&sm.ps[hb * kPStride + ra]) =
+              make_float2(__fmul_rn(wqb, fmaxf(acc[i][2], 0.0f)), __fmul_rn(wqb, fmaxf(acc[i][3], 0.0f)));
+        }
+      }
+    } else {
     // ---- decode: two threads per key row (dims [64 half, 64 half + 64)) to integer codes at one exponent.
     {
       const unsigned r = tid / 2, half = tid % 2;
@@ -399,31 +553,17 @@ __global__ void __launch_bounds__(kScoreThreads) score_kernel(ScoreParams p) {
         const bool exact0 = mxfp4_block_codes(wd, sh0, packed), exact1 = mxfp4_block_codes(wd + 4, sh1, packed + 8);
         ok = ok && exact0 && exact1;
       } else {
+        const std::uint8_t* rr = raw + r * 132;
+        const float scale = r < nrows ? __uint_as_float(*reinterpret_cast<const std::uint32_t*>(rr + 128)) : 0.0f;
         float v[64];
-        if (p.storage == kIdxBf16) {
-          const std::uint8_t* rr = raw + r * kRawBf16Stride + half * 128;
 #pragma unroll
-          for (int k = 0; k < 8; ++k) {
-            const uint4 q = r < nrows ? *reinterpret_cast<const uint4*>(rr + 16 * k) : make_uint4(0, 0, 0, 0);
-            const std::uint32_t wds[4] = {q.x, q.y, q.z, q.w};
-#pragma unroll
-            for (int b = 0; b < 4; ++b) {
-              v[8 * k + 2 * b] = bf16_bits_to_f32(wds[b] & 0xFFFFu);
-              v[8 * k + 2 * b + 1] = bf16_bits_to_f32(wds[b] >> 16);
-            }
-          }
-        } else {
-          const std::uint8_t* rr = raw + r * 132;
-          const float scale = r < nrows ? __uint_as_float(*reinterpret_cast<const std::uint32_t*>(rr + 128)) : 0.0f;
-#pragma unroll
-          for (int k = 0; k < 16; ++k) {
-            const std::uint32_t wd = r < nrows ? *reinterpret_cast<const std::uint32_t*>(rr + half * 64 + 4 * k) : 0u;
-            const float2 lo = e4m3x2_to_float2(wd), hi = e4m3x2_to_float2(wd >> 16);
-            v[4 * k + 0] = __fmul_rn(lo.x, scale);
-            v[4 * k + 1] = __fmul_rn(lo.y, scale);
-            v[4 * k + 2] = __fmul_rn(hi.x, scale);
-            v[4 * k + 3] = __fmul_rn(hi.y, scale);
-          }
+        for (int k = 0; k < 16; ++k) {
+          const std::uint32_t wd = r < nrows ? *reinterpret_cast<const std::uint32_t*>(rr + half * 64 + 4 * k) : 0u;
+          const float2 lo = e4m3x2_to_float2(wd), hi = e4m3x2_to_float2(wd >> 16);
+          v[4 * k + 0] = __fmul_rn(lo.x, scale);
+          v[4 * k + 1] = __fmul_rn(lo.y, scale);
+          v[4 * k + 2] = __fmul_rn(hi.x, scale);
+          v[4 * k + 3] = __fmul_rn(hi.y, scale);
         }
         f = float_codes(v, packed, ok);
       }
@@ -450,7 +590,7 @@ __global__ void __launch_bounds__(kScoreThreads) score_kernel(ScoreParams p) {
       }
       if (half == 0) {
         sm.sk[r] = q_ok && ok ? pow2f(f) : 1.0f;  // the scalar path writes the final terms
-        if (r < nrows && !(q_ok && ok)) sm.flagged[atomicAdd(&sm.nflagged, 1)] = static_cast<int>(r);
+        if (r < nrows && !(q_ok && ok)) sm.flagged[atomicAdd(&sm.nflagged[buf], 1)] = static_cast<int>(r);
       }
     }
     __syncthreads();
@@ -481,19 +621,19 @@ __global__ void __launch_bounds__(kScoreThreads) score_kernel(ScoreParams p) {
       for (unsigned i = 0; i < kGroupsAtOnce; ++i) mma_s8(acc[i], a[3], k23[i].z, k23[i].w);
 #pragma unroll
       for (unsigned i = 0; i < kGroupsAtOnce; ++i) {
-        // max(I, 0) is exact in float (|I| < 2^21); w 2^fq is exact (checked).
         const unsigned ra = (ng0 + i) * 8 + tig * 2;  // even: the float2 accesses are aligned
-        const float i0 = static_cast<float>(max(acc[i][0], 0)), i1 = static_cast<float>(max(acc[i][1], 0));
-        const float i2 = static_cast<float>(max(acc[i][2], 0)), i3 = static_cast<float>(max(acc[i][3], 0));
-        *reinterpret_cast<float2*>(&sm.ps[ha * kPStride + ra]) = make_float2(__fmul_rn(wqa, i0), __fmul_rn(wqa, i1));
-        *reinterpret_cast<float2*>(&sm.ps[hb * kPStride + ra]) = make_float2(__fmul_rn(wqb, i2), __fmul_rn(wqb, i3));
+        *reinterpret_cast<float2*>(&sm.ps[ha * kPStride + ra]) =
+            make_float2(relu_product(wqa, wqa_offset, acc[i][0]), relu_product(wqa, wqa_offset, acc[i][1]));
+        *reinterpret_cast<float2*>(&sm.ps[hb * kPStride + ra]) =
+            make_float2(relu_product(wqb, wqb_offset, acc[i][2]), relu_product(wqb, wqb_offset, acc[i][3]));
       }
     }
-    __syncthreads();
+    }
+    __syncthreads();  // ps holds every term; the flagged rows are listed
     // ---- exact scalar path for rows (or a query) off the integer grid: the CPU's own arithmetic.
     // One warp per flagged row, one lane per head; its barrier only when there are such rows (the count is
     // the same in every thread).
-    const int nflagged = sm.nflagged;
+    const int nflagged = sm.nflagged[buf];
     if (nflagged > 0) {
       for (int i = static_cast<int>(warp); i < nflagged; i += kScoreThreads / 32) {
         const unsigned r = static_cast<unsigned>(sm.flagged[i]);
@@ -545,9 +685,15 @@ cudaError_t launch_prepare_queries(const PrepareParams& p, cudaStream_t stream) 
 
 ScoreKernelInfo prepare_indexer_scores() {
   ScoreKernelInfo info;
-  info.error = cudaFuncSetAttribute(score_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(sizeof(ScoreSmem)));
-  if (info.error == cudaSuccess) {
-    info.error = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&info.blocks_per_sm, score_kernel, kScoreThreads, sizeof(ScoreSmem));
+  info.blocks_per_sm = 1 << 20;
+  for (auto kernel : {score_kernel<true>, score_kernel<false>}) {
+    int blocks = 0;
+    info.error = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(sizeof(ScoreSmem)));
+    if (info.error == cudaSuccess) {
+      info.error = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kScoreThreads, sizeof(ScoreSmem));
+    }
+    if (info.error != cudaSuccess) return info;
+    info.blocks_per_sm = min(info.blocks_per_sm, blocks);  // the grid suits both variants
   }
   return info;
 }
@@ -555,7 +701,11 @@ ScoreKernelInfo prepare_indexer_scores() {
 cudaError_t launch_indexer_scores(const ScoreParams& p, cudaStream_t stream) {
   if (p.count == 0 || p.blocks_per_token == 0) return cudaSuccess;
   const dim3 grid(p.blocks_per_token, p.count);
-  score_kernel<<<grid, kScoreThreads, sizeof(ScoreSmem), stream>>>(p);
+  if (p.storage == kIdxBf16) {
+    score_kernel<true><<<grid, kScoreThreads, sizeof(ScoreSmem), stream>>>(p);
+  } else {
+    score_kernel<false><<<grid, kScoreThreads, sizeof(ScoreSmem), stream>>>(p);
+  }
   return cudaGetLastError();
 }
 

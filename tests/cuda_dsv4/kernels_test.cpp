@@ -120,14 +120,30 @@ std::uint32_t bits(float f) {
 
 // ---- indexer ------------------------------------------------------------------------------------------
 
+// FP4-grid values (e2m1 magnitudes times a power of two per 32-value block) with block scales spread over
+// 2^-3 .. 2^0 and mostly positive: rows and prepared queries whose dot products fill the 22 significant bits the
+// tensor-core path allows (see bf16_row_check in src/cuda_dsv4/indexer.cu) and stay positive through the ReLU.
+std::vector<float> wide_span_fp4_values(std::mt19937_64& rng, std::size_t n) {
+  const float e2m1[] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+  std::vector<float> v(n);
+  float scale = 1.0f;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (i % 32 == 0) scale = std::ldexp(1.0f, -static_cast<int>(rng() % 4));
+    const float mag = e2m1[i % 32 == 0 ? 7 : rng() % 8];  // each block keeps its largest value
+    v[i] = (rng() % 8 == 0 ? -mag : mag) * scale;
+  }
+  return v;
+}
+
 // A key row as the model makes it (Hadamard + FP4), encoded in `storage`, and the CPU's decode of it.
 struct IndexerRows {
   std::vector<std::uint8_t> bytes;
   std::vector<float> decoded;  // [rows, 128]
+  std::vector<bool> poisoned;  // rows given special values (poison_indexer_rows); empty: none
 };
 
 IndexerRows make_indexer_rows(std::mt19937_64& rng, std::size_t rows, kd::IndexerStorage storage, bool model_grid,
-                              std::size_t distinct = 0) {
+                              std::size_t distinct = 0, bool wide_span = false) {
   const std::size_t rb = kd::indexer_row_bytes(storage);
   IndexerRows out;
   out.bytes.resize(rows * rb);
@@ -139,8 +155,12 @@ IndexerRows make_indexer_rows(std::mt19937_64& rng, std::size_t rows, kd::Indexe
     if (distinct > 0 && pool.size() >= distinct) {
       row = pool[rng() % distinct];
     } else {
-      row = normal(rng, 128, mag(rng));
-      if (model_grid) kd::simulate_indexer_row(row.data());
+      if (wide_span) {
+        row = wide_span_fp4_values(rng, 128);
+      } else {
+        row = normal(rng, 128, mag(rng));
+        if (model_grid) kd::simulate_indexer_row(row.data());
+      }
       if (distinct > 0) pool.push_back(row);
     }
     std::span<std::uint8_t> dst(out.bytes.data() + r * rb, rb);
@@ -148,6 +168,47 @@ IndexerRows make_indexer_rows(std::mt19937_64& rng, std::size_t rows, kd::Indexe
     EXPECT_TRUE(kd::decode_indexer_row(dst, storage, std::span<float>(out.decoded.data() + r * 128, 128)).ok());
   }
   return out;
+}
+
+// Writes one value the integer grid cannot hold exactly into every 7th row (NaN, +-infinity, a subnormal, the
+// largest finite value; for FP8 also as the row scale, for MXFP4 as a block scale), and -0 into every 11th (the
+// grid holds it), then decodes the rows again as the CPU does and marks them. Rows off the grid must take the
+// scalar path.
+void poison_indexer_rows(IndexerRows& keys, kd::IndexerStorage storage, std::mt19937_64& rng) {
+  const std::size_t rb = kd::indexer_row_bytes(storage), rows = keys.bytes.size() / rb;
+  const std::uint16_t bf16_specials[] = {0x7FC0, 0x7F80, 0xFF80, 0x0003, 0x7F7F};
+  const float float_specials[] = {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                                  -std::numeric_limits<float>::infinity(), 0x1p-140f, 0x1p127f};
+  const std::uint8_t e8m0_specials[] = {0xFF, 0x00, 0xFE};
+  keys.poisoned.assign(rows, false);
+  for (std::size_t r = 0; r < rows; ++r) {
+    std::uint8_t* row = keys.bytes.data() + r * rb;
+    const std::size_t d = rng() % 128, kind = (r / 7) % 5;
+    if (r % 7 == 3) {
+      switch (storage) {
+        case kd::IndexerStorage::Bf16:
+          std::memcpy(row + 2 * d, &bf16_specials[kind], 2);
+          break;
+        case kd::IndexerStorage::Fp8:
+          if (kind < 2) row[d] = kind == 0 ? 0x7F : 0xFF;  // the two e4m3 NaN codes
+          else std::memcpy(row + 128, &float_specials[kind], 4);
+          if (kind == 0 && r % 2 == 1) std::memcpy(row + 128, &float_specials[r / 7 % 3], 4);
+          break;
+        case kd::IndexerStorage::Mxfp4:
+          row[64 + d / 32] = e8m0_specials[kind % 3];
+          break;
+      }
+    } else if (r % 11 == 5 && storage == kd::IndexerStorage::Bf16) {
+      const std::uint16_t minus_zero = 0x8000;
+      std::memcpy(row + 2 * d, &minus_zero, 2);
+    } else {
+      continue;
+    }
+    keys.poisoned[r] = true;
+    EXPECT_TRUE(kd::decode_indexer_row(std::span<const std::uint8_t>(row, rb), storage,
+                                       std::span<float>(keys.decoded.data() + r * 128, 128))
+                    .ok());
+  }
 }
 
 struct IndexerCase {
@@ -161,6 +222,8 @@ struct IndexerCase {
   std::size_t distinct = 0;     // > 0: keys drawn from this many distinct rows (ties)
   int zero_heads = 0;           // heads whose raw query is 0 (ReLU(0), zero integer rows)
   float weight_scale = 1.0f;    // power of two times the head weights (extreme scales reach the scalar path)
+  bool special_values = false;  // poison_indexer_rows: NaN, infinities, subnormals and -0 in some rows
+  bool wide_span = false;       // wide_span_fp4_values for the rows and the (prepared) query
   enum class Fallback { ByGrid, None, Some } fallback = Fallback::ByGrid;  // scalar-path rows expected
 };
 
@@ -178,7 +241,8 @@ void run_indexer_case(const IndexerCase& c) {
   for (std::uint32_t i = 0; i < count; ++i) {
     const std::size_t vis = kd::visible_compressed_rows(4, c.positions[i]);
     max_visible = std::max<std::uint32_t>(max_visible, static_cast<std::uint32_t>(vis));
-    keys.push_back(make_indexer_rows(rng, vis, c.storage, c.model_grid, c.distinct));
+    keys.push_back(make_indexer_rows(rng, vis, c.storage, c.model_grid, c.distinct, c.wide_span));
+    if (c.special_values) poison_indexer_rows(keys.back(), c.storage, rng);
     key_bufs.push_back(upload(keys.back().bytes));
     tokens[i].indexer_rows = key_bufs.back().data();
     tokens[i].position = c.positions[i];
@@ -191,6 +255,7 @@ void run_indexer_case(const IndexerCase& c) {
   }
   std::vector<float> q_cpu = q_raw;
   for (std::uint32_t i = 0; i < count; ++i) kd::prepare_indexer_query(q_cpu.data() + std::size_t{i} * H * 128, H);
+  if (c.wide_span) q_cpu = wide_span_fp4_values(rng, q_cpu.size());  // handed over as prepared (see the case)
   std::vector<float> w = normal(rng, std::size_t{count} * H, 1.0f / std::sqrt(128.0f * 64.0f));
   for (auto& x : w) x *= c.weight_scale;
 
@@ -261,7 +326,8 @@ void run_indexer_case(const IndexerCase& c) {
                                             std::span<const float>(wi, H), keys[i].decoded, H, 128);
     for (std::size_t s = 0; s < vis; ++s) {
       const float g = scores[std::size_t{i} * stride + s];
-      if (bits(g) != bits(cpu[s])) {
+      // (NaN scores need not have the CPU's payload: the top-k treats every NaN alike.)
+      if (bits(g) != bits(cpu[s]) && !(std::isnan(g) && std::isnan(cpu[s]))) {
         if (score_diff < 5) {
           std::printf("[dsv4-kernels] score differs: token %u row %zu gpu %.9g cpu %.9g\n", i, s, g, cpu[s]);
         }
@@ -273,6 +339,9 @@ void run_indexer_case(const IndexerCase& c) {
         for (int d = 0; d < 128; ++d) dot += static_cast<double>(qi[h * 128 + d]) * keys[i].decoded[s * 128 + d];
         bound += std::fabs(wi[h]) * std::max(dot, 0.0);
       }
+      // A poisoned row's float arithmetic may overflow or lose bits in subnormals: there the CPU's bits are the
+      // whole check.
+      if (!keys[i].poisoned.empty() && keys[i].poisoned[s]) continue;
       const double err = std::fabs(static_cast<double>(g) - f64[s]);
       if (bound > 0) worst_rel = std::max(worst_rel, err / bound);
       EXPECT_LE(err, 1e-5 * bound + 1e-30) << "token " << i << " row " << s;
@@ -520,6 +589,20 @@ TEST(CudaDsv4KernelsSmall, IndexerScoresAndTopkTiny) {
   c.k = 16;
   c.storage = kd::IndexerStorage::Mxfp4;
   run_indexer_case(c);
+  // Every storage's decode under the sanitizers: two tiles (one partial) of grid rows, and rows with NaN,
+  // infinities and subnormals.
+  for (auto st : {kd::IndexerStorage::Bf16, kd::IndexerStorage::Fp8}) {
+    c.storage = st;
+    c.name = std::string("small-") + std::string(kd::indexer_storage_name(st));
+    c.positions = {300, 42};
+    run_indexer_case(c);
+    c.name = std::string("small-special-") + std::string(kd::indexer_storage_name(st));
+    c.special_values = true;
+    c.fallback = IndexerCase::Fallback::Some;
+    run_indexer_case(c);
+    c.special_values = false;
+    c.fallback = IndexerCase::Fallback::ByGrid;
+  }
   c.name = "small-offgrid-bf16";
   c.storage = kd::IndexerStorage::Bf16;
   c.model_grid = false;
@@ -714,10 +797,42 @@ TEST(CudaDsv4Kernels, IndexerTiesAndOffGridRows) {
   run_indexer_case(c);
 }
 
-// Head weights at extreme powers of two: the tensor-core path keeps w 2^fq I and applies 2^fk to the head sum,
-// which is exact only while every product is normal in both scales and no sum overflows. Tiny weights put the
-// products below 2^-126 and huge ones near the top of the range, so those rows must take the scalar path; at
-// 2^80 the guard must not trigger. Scores stay bit-identical to the CPU either way.
+// Rows and queries whose dot products fill the 22 significant bits that the BF16 rows' tensor-core path allows:
+// every score must still equal the CPU's bits, with no row on the scalar path (for FP8 / MXFP4 rows too).
+TEST(CudaDsv4Kernels, IndexerWideSpanRows) {
+  SKIP_WITHOUT_GPU();
+  for (auto st : {kd::IndexerStorage::Bf16, kd::IndexerStorage::Fp8, kd::IndexerStorage::Mxfp4}) {
+    IndexerCase c;
+    c.storage = st;
+    c.name = std::string("wide-span-") + std::string(kd::indexer_storage_name(st));
+    c.wide_span = true;
+    c.prepared_input = true;
+    c.fallback = IndexerCase::Fallback::None;
+    c.positions = {20000, 4000, 777};
+    run_indexer_case(c);
+  }
+}
+
+// Key rows holding NaN, infinities, subnormals or -0 (poison_indexer_rows): the rows off the grid take the scalar
+// path, and every score and index still equals the CPU's (NaN scores as NaN).
+TEST(CudaDsv4Kernels, IndexerNonFiniteKeys) {
+  SKIP_WITHOUT_GPU();
+  for (auto st : {kd::IndexerStorage::Bf16, kd::IndexerStorage::Fp8, kd::IndexerStorage::Mxfp4}) {
+    IndexerCase c;
+    c.storage = st;
+    c.name = std::string("special-values-") + std::string(kd::indexer_storage_name(st));
+    c.special_values = true;
+    c.fallback = IndexerCase::Fallback::Some;
+    c.positions = {2000, 301};
+    run_indexer_case(c);
+  }
+}
+
+// Head weights at extreme powers of two. Tiny weights make w 2^fq inexact (below the normal range), so every row
+// takes the scalar path. On the int8 path (MXFP4 rows) the terms are w 2^fq I with 2^fk applied to the head sum,
+// exact only while every product is normal in both scales and no sum overflows: huge weights must take the scalar
+// path there, and at 2^80 the guard must not trigger. The BF16 rows' path forms the CPU's terms themselves and
+// needs no such guard: huge weights stay on the tensor cores. Scores stay bit-identical to the CPU either way.
 TEST(CudaDsv4Kernels, IndexerExtremeWeights) {
   SKIP_WITHOUT_GPU();
   for (auto st : {kd::IndexerStorage::Bf16, kd::IndexerStorage::Mxfp4}) {
@@ -730,6 +845,7 @@ TEST(CudaDsv4Kernels, IndexerExtremeWeights) {
     run_indexer_case(c);
     c.name = std::string("huge-weights-") + std::string(kd::indexer_storage_name(st));
     c.weight_scale = 0x1p112f;
+    c.fallback = st == kd::IndexerStorage::Bf16 ? IndexerCase::Fallback::None : IndexerCase::Fallback::Some;
     run_indexer_case(c);
     c.name = std::string("large-weights-") + std::string(kd::indexer_storage_name(st));
     c.weight_scale = 0x1p80f;
