@@ -10,6 +10,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels_device.cuh"
 #include "kernels_params.hpp"
@@ -213,78 +214,6 @@ __device__ __forceinline__ void stage_tile(std::uint8_t* dst, const std::uint8_t
   cp_async_commit();
 }
 
-// Key rows become int8 codes at one exponent per row, f = floor(log2(amax)) - 6 (|code| < 128); a row whose
-// values are not all code * 2^f exactly (off the grid, or not finite) or whose f is out of range is flagged (ok
-// cleared) and takes the exact scalar path. A value x is on the grid iff y = x * 2^-f is an integer, and with
-// |y| < 128 that holds iff y + 1.5 * 2^23 is a float: iff rounding it down and rounding it up (one FFMA each; the
-// product is exact inside the FMA) agree. The rounded-down sum then holds the code in its low byte (two's
-// complement: the floats of [2^23, 2^24) are the integers), and the disagreement of the two roundings is OR-ed
-// over the row. A NaN rounds to the same NaN both ways, so the largest magnitude is taken with NaN-propagating
-// maxima: a NaN (or an infinity) makes it non-finite, which flags the row.
-constexpr float kCodeMagic = 12582912.0f;  // 1.5 * 2^23
-
-// max(a, b), NaN when either is NaN (fmaxf would drop it).
-__device__ __forceinline__ float max_nan(float a, float b) {
-  float d;
-  asm("max.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
-  return d;
-}
-
-// The row's code exponent from its largest magnitude (finite and normal, else ok is cleared).
-__device__ __forceinline__ int code_exponent(float amax, bool& ok) {
-  int f = 0;
-  if (amax != 0.0f) {  // (a NaN is != 0, with exponent 0xFF)
-    const std::uint32_t ex = (__float_as_uint(amax) >> 23) & 0xFFu;
-    if (ex == 0 || ex == 0xFFu) ok = false;
-    f = static_cast<int>(ex) - 127 - 6;
-  }
-  ok = ok && f >= -126 && f <= 100;
-  return f;
-}
-
-// The rounded-down sum x * 2^-f + 1.5 * 2^23 (its low byte is the code); ORs the disagreement of the two
-// roundings into mismatch.
-__device__ __forceinline__ std::uint32_t code_bits(float x, float down, std::uint32_t& mismatch) {
-  const float below = __fmaf_rd(x, down, kCodeMagic), above = __fmaf_ru(x, down, kCodeMagic);
-  mismatch |= __float_as_uint(below) ^ __float_as_uint(above);
-  return __float_as_uint(below);
-}
-
-// The low bytes of four codes' sums as one word (c0 in byte 0).
-__device__ __forceinline__ std::uint32_t pack_code_bytes(std::uint32_t c0, std::uint32_t c1, std::uint32_t c2, std::uint32_t c3) {
-  return __byte_perm(__byte_perm(c0, c1, 0x0040u), __byte_perm(c2, c3, 0x0040u), 0x5410u);
-}
-
-// 64 floats of one thread (half a row; the partner lane, lane ^ 1, holds the other half) to codes.
-__device__ __forceinline__ int float_codes(const float (&v)[64], std::uint32_t (&packed)[16], bool& ok) {
-  // The maximum as a tree of eight chains (one chain of 64 dependent maxima was the decode's largest stall).
-  float m8[8];
-#pragma unroll
-  for (int c = 0; c < 8; ++c) m8[c] = fabsf(v[c]);
-#pragma unroll
-  for (int k = 8; k < 64; ++k) m8[k % 8] = max_nan(m8[k % 8], fabsf(v[k]));
-  float amax = max_nan(max_nan(max_nan(m8[0], m8[1]), max_nan(m8[2], m8[3])), max_nan(max_nan(m8[4], m8[5]), max_nan(m8[6], m8[7])));
-  amax = max_nan(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, 1));
-  const int f = code_exponent(amax, ok);
-  const float down = pow2f(-f);
-  std::uint32_t mismatch[4] = {0u, 0u, 0u, 0u};  // four independent OR chains instead of one of 64
-#pragma unroll
-  for (int k = 0; k < 16; ++k) {
-    std::uint32_t c[4];
-#pragma unroll
-    for (int b = 0; b < 4; ++b) c[b] = code_bits(v[4 * k + b], down, mismatch[b]);
-    packed[k] = pack_code_bytes(c[0], c[1], c[2], c[3]);
-  }
-  ok = ok && (mismatch[0] | mismatch[1] | mismatch[2] | mismatch[3]) == 0u;
-  return f;
-}
-
-// Two e4m3 codes (the low 16 bits of pair) as floats, exactly (e4m3 values are fp16 values; NaN stays NaN).
-__device__ __forceinline__ float2 e4m3x2_to_float2(std::uint32_t pair) {
-  const std::uint32_t h2 = e4m3x2_to_half2_bits(pair);
-  return __half22float2(*reinterpret_cast<const __half2*>(&h2));
-}
-
 // 32 MXFP4 values (4 words of 8 nibbles, value 8k + b in nibble b of word k) of one block as int8 codes
 // (2 |e2m1| << shift, signed) into packed[0..8), four codes per word: a byte permute looks up four magnitudes
 // in the shifted table of 2 |e2m1| = {0, 1, 2, 3, 4, 6, 8, 12}, a second the negated table, a third picks per
@@ -317,27 +246,38 @@ __device__ __forceinline__ bool mxfp4_block_codes(const std::uint32_t* wd, int s
   return (any_index & 0x77777777u) == 0;
 }
 
-// BF16 key rows go to the tensor cores as they are (bf16 MMA, f32 accumulation) when the row check below holds:
-// every value has at most two significant bits (mantissa bits 0-5 clear: the FP4 grid of the model's rows) and
-// every nonzero magnitude is at least 2^(E-6), where E = floor(log2 amax) is normal and in [-120, 100]. Then every
-// value is a multiple of 2^(E-7) below 2^(E+1) in magnitude; with integer query codes |c| <= 127 each product c x
-// is a multiple of 2^(E-7) below 2^(E+8), and every partial sum of the 128 products a multiple of 2^(E-7) below
-// 2^(E+15): 22 significant bits, exact in f32 with two bits to spare. The tensor core's products are exact and its
-// f32 accumulation, which aligns the addends to the largest and keeps f32 width, then drops no set bit, so the
-// MMA gives I = q.k / 2^fq exactly. (The tests check every score's bits against the CPU, with rows that fill the
-// 22 bits.) Per word of two values this costs four instructions: the largest and the smallest nonzero magnitude by
-// 16-bit integer max / min of the magnitude bits (non-negative bf16 bit patterns order as their values; NaN and
-// infinity lie above every finite one), the latter on magnitude + 0x7FFF, which sends 0 to the top (0x7FFF as a
-// signed 16-bit lane) and carries into no other lane (magnitudes are below 0x8000), and the OR of the low
-// mantissa bits. The partner lane (lane ^ 1) holds the row's other half. Returns E; clears ok when the row fails.
-__device__ __forceinline__ int bf16_row_check(const std::uint32_t (&words)[32], bool& ok) {
+// 16-bit float formats of key rows fed to the tensor cores (f32 accumulation): BF16 rows as stored, FP8 rows
+// widened to f16 (exactly: e4m3 values are f16 values).
+struct Bf16Bits {
+  static constexpr int kMantissa = 7, kBias = 127, kMinE = -120, kMaxE = 100;
+};
+struct F16Bits {
+  static constexpr int kMantissa = 10, kBias = 15, kMinE = -8, kMaxE = 15;
+};
+
+// The row check for the tensor-core path: every value has at most two significant bits (mantissa bits below the
+// top one clear: the FP4 grid of the model's rows) and every nonzero magnitude is at least 2^(E-6), where
+// E = floor(log2 amax) is normal and in [kMinE, kMaxE]. Then every value is a multiple of 2^(E-7) below 2^(E+1) in
+// magnitude; with integer query codes |c| <= 127 each product c x is a multiple of 2^(E-7) below 2^(E+8), and
+// every partial sum of the 128 products a multiple of 2^(E-7) below 2^(E+15): 22 significant bits, exact in f32
+// with two bits to spare. The tensor core's products are exact and its f32 accumulation, which aligns the addends
+// to the largest and keeps f32 width, then drops no set bit, so the MMA gives q.k / 2^fq (over the row scale for
+// FP8) exactly. (The tests check every score's bits against the CPU, with rows that fill the 22 bits.) Per word of
+// two values this costs four instructions: the largest and the smallest nonzero magnitude by 16-bit integer max /
+// min of the magnitude bits (non-negative bit patterns order as their values; NaN and infinity lie above every
+// finite one), the latter on magnitude + 0x7FFF, which sends 0 to the top (0x7FFF as a signed 16-bit lane) and
+// carries into no other lane (magnitudes are below 0x8000), and the OR of the low mantissa bits. The partner
+// lane (lane ^ 1) holds the row's other half. Returns E (0 for an all-zero row); clears ok when the row fails.
+template <typename Format>
+__device__ __forceinline__ int row_check_16bit(const std::uint32_t (&words)[32], bool& ok) {
+  constexpr std::uint32_t kLow = (1u << (Format::kMantissa - 1)) - 1u, kLowMask = kLow | (kLow << 16);
   std::uint32_t largest[2] = {0u, 0u}, smallest[2] = {0x7FFF7FFFu, 0x7FFF7FFFu}, low_bits = 0u;
 #pragma unroll
   for (int k = 0; k < 32; k += 2) {
     const std::uint32_t m0 = words[k] & 0x7FFF7FFFu, m1 = words[k + 1] & 0x7FFF7FFFu;
     largest[k / 2 % 2] = __vimax3_s16x2(m0, m1, largest[k / 2 % 2]);
     smallest[k / 2 % 2] = __vimin3_s16x2(m0 + 0x7FFF7FFFu, m1 + 0x7FFF7FFFu, smallest[k / 2 % 2]);
-    low_bits |= (words[k] | words[k + 1]) & 0x003F003Fu;
+    low_bits |= (words[k] | words[k + 1]) & kLowMask;
   }
   const std::uint32_t l2 = __vimax3_s16x2(largest[0], largest[1], largest[1]);
   const std::uint32_t s2 = __vimin3_s16x2(smallest[0], smallest[1], smallest[1]);
@@ -347,11 +287,12 @@ __device__ __forceinline__ int bf16_row_check(const std::uint32_t (&words)[32], 
   smin = min(smin, __shfl_xor_sync(0xFFFFFFFFu, smin, 1));
   low_bits |= __shfl_xor_sync(0xFFFFFFFFu, low_bits, 1);
   if (amax == 0) return 0;  // all zeros: exact at any exponent
-  const int ex = amax >> 7;  // biased exponent; 0: subnormal, 0xFF: infinity or NaN
-  const int e = ex - 127;
+  constexpr int kExpAll = (0x7FFF >> Format::kMantissa);  // exponent field of infinity and NaN
+  const int ex = amax >> Format::kMantissa;                // biased exponent; 0: subnormal
+  const int e = ex - Format::kBias;
   const int smallest_nonzero = smin + 0x8001;  // (smin is not 0x7FFF: some value is nonzero)
-  ok = ok && ex != 0 && ex != 0xFF && e >= -120 && e <= 100 && low_bits == 0u &&
-       smallest_nonzero >= ((e - 6 + 127) << 7);
+  ok = ok && ex != 0 && ex != kExpAll && e >= Format::kMinE && e <= Format::kMaxE && low_bits == 0u &&
+       smallest_nonzero >= ((e - 6 + Format::kBias) << Format::kMantissa);
   return e;
 }
 
@@ -362,10 +303,64 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], const std::uint32_t (&a)
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// Two int8 query codes (exact in bf16: |c| <= 127) as a bf16 pair, lo in the low half.
-__device__ __forceinline__ std::uint32_t codes_to_bf16x2(std::int8_t lo, std::int8_t hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(static_cast<float>(lo), static_cast<float>(hi));
-  return *reinterpret_cast<const std::uint32_t*>(&v);
+// Two int8 query codes (exact in bf16 and f16: |c| <= 127) as a 16-bit pair, lo in the low half.
+template <typename Format>
+__device__ __forceinline__ std::uint32_t codes_to_16bit_pair(std::int8_t lo, std::int8_t hi) {
+  if constexpr (Format::kMantissa == Bf16Bits::kMantissa) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(static_cast<float>(lo), static_cast<float>(hi));
+    return *reinterpret_cast<const std::uint32_t*>(&v);
+  } else {
+    return pack_half2(static_cast<float>(lo), static_cast<float>(hi));
+  }
+}
+
+// Tensor-core terms of a tile of 16-bit rows (stride kRawBf16Stride) into ps: four groups of 8 rows at a time;
+// ldmatrix register j of 32-dim chunk c holds dims 32 c + 8 j + 2 tig, + 1 of row 8 group + g, the B fragments of
+// k-steps 2 c (j = 0, 1) and 2 c + 1 (j = 2, 3). Terms fl((w_h 2^fq_h) max(I, 0)); rows past the tile's end hold
+// stale bytes, and their terms are never summed.
+template <typename Format>
+__device__ __forceinline__ void mma_terms_16bit(float* ps, const std::uint8_t* rows, const std::uint32_t (&a)[8][4],
+                                                float wqa, float wqb, unsigned ha, unsigned hb, unsigned lane) {
+  const unsigned tig = lane % 4;
+  constexpr unsigned kGroupsAtOnce = 4;
+#pragma unroll
+  for (unsigned ng0 = 0; ng0 < kScoreTileRows / 8; ng0 += kGroupsAtOnce) {
+    float acc[kGroupsAtOnce][4];
+#pragma unroll
+    for (unsigned i = 0; i < kGroupsAtOnce; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+#pragma unroll
+    for (unsigned c = 0; c < kIndexerDim / 32; ++c) {
+      std::uint32_t b[kGroupsAtOnce][4];
+#pragma unroll
+      for (unsigned i = 0; i < kGroupsAtOnce; ++i) {
+        ldmatrix_x4(b[i], rows + ((ng0 + i) * 8 + lane % 8) * kRawBf16Stride + (32 * c + 8 * (lane / 8)) * 2);
+      }
+#pragma unroll
+      for (unsigned i = 0; i < kGroupsAtOnce; ++i) {
+        if constexpr (Format::kMantissa == Bf16Bits::kMantissa) {
+          mma_bf16(acc[i], a[2 * c], b[i][0], b[i][1]);
+        } else {
+          mma_f16(acc[i], a[2 * c], b[i][0], b[i][1]);
+        }
+      }
+#pragma unroll
+      for (unsigned i = 0; i < kGroupsAtOnce; ++i) {
+        if constexpr (Format::kMantissa == Bf16Bits::kMantissa) {
+          mma_bf16(acc[i], a[2 * c + 1], b[i][2], b[i][3]);
+        } else {
+          mma_f16(acc[i], a[2 * c + 1], b[i][2], b[i][3]);
+        }
+      }
+    }
+#pragma unroll
+    for (unsigned i = 0; i < kGroupsAtOnce; ++i) {
+      const unsigned ra = (ng0 + i) * 8 + tig * 2;  // even: the float2 accesses are aligned
+      *reinterpret_cast<float2*>(&ps[ha * kPStride + ra]) =
+          make_float2(__fmul_rn(wqa, fmaxf(acc[i][0], 0.0f)), __fmul_rn(wqa, fmaxf(acc[i][1], 0.0f)));
+      *reinterpret_cast<float2*>(&ps[hb * kPStride + ra]) =
+          make_float2(__fmul_rn(wqb, fmaxf(acc[i][2], 0.0f)), __fmul_rn(wqb, fmaxf(acc[i][3], 0.0f)));
+    }
+  }
 }
 
 // fl(wq max(I, 0)) of an integer dot I (|I| < 2^21) in two instructions: the bits 0x4B000000 + max(I, 0) (one
@@ -377,10 +372,14 @@ __device__ __forceinline__ float relu_product(float wq, float offset, int dot) {
 }
 
 // Block: 4 warps (warp w: heads 16w .. 16w + 15); tiles of 64 key rows of one token, raw bytes double-buffered
-// in shared memory with cp.async. kBf16Rows: BF16 storage, whose rows go to bf16 MMAs as they are (see
-// bf16_row_check; per tile: check, MMA, head sum, two barriers); else FP8 / MXFP4 rows are decoded to int8 codes
-// in shared memory for int8 MMAs (four barriers).
-template <bool kBf16Rows>
+// in shared memory with cp.async. The path by storage (per tile):
+// - BF16 rows go to bf16 MMAs as they are: row check, MMA, head sums; two barriers.
+// - FP8 rows (e4m3 codes and a power-of-two f32 scale) are widened to f16 rows in shared memory for f16 MMAs,
+//   whose terms are over the row scale 2^k (applied to the head sum, as 2^fk on the int8 path); four barriers.
+// - MXFP4 rows become int8 codes at one exponent 2^fk per row for int8 MMAs; four barriers.
+enum class ScorePath { Bf16Rows, Fp8Rows, Mxfp4Codes };
+
+template <ScorePath kPath>
 __global__ void __launch_bounds__(kScoreThreads, 4) score_kernel(ScoreParams p) {
   extern __shared__ __align__(16) std::uint8_t smem_raw[];
   ScoreSmem& sm = *reinterpret_cast<ScoreSmem*>(smem_raw);
@@ -426,20 +425,22 @@ __global__ void __launch_bounds__(kScoreThreads, 4) score_kernel(ScoreParams p) 
       atomicMax(&sm.wq_emax, e + 1);
     }
   }
-  // A fragments (16 heads x 128 dims: 8 bf16 k-steps of 16, or 4 int8 k-steps of 32) stay in registers.
-  constexpr int kKSteps = kBf16Rows ? 8 : 4;
-  std::uint32_t a[kKSteps][4];
+  // A fragments (16 heads x 128 dims: 8 bf16 / f16 k-steps of 16, or 4 int8 k-steps of 32) stay in registers.
+  using RowFormat = std::conditional_t<kPath == ScorePath::Bf16Rows, Bf16Bits, F16Bits>;
+  constexpr bool kIntCodes = kPath == ScorePath::Mxfp4Codes;
+  constexpr int kKSteps = kIntCodes ? 4 : 8;
+  std::uint32_t a[8][4];  // (the int8 path uses a[0..3])
   const unsigned ha = warp * 16 + g, hb = ha + 8;
 #pragma unroll
   for (int ks = 0; ks < kKSteps; ++ks) {
-    if constexpr (kBf16Rows) {
+    if constexpr (!kIntCodes) {
       const unsigned col = ks * 16 + tig * 2;
       const std::int8_t* qa = qi + ha * kIndexerDim + col;
       const std::int8_t* qb = qi + hb * kIndexerDim + col;
-      a[ks][0] = codes_to_bf16x2(qa[0], qa[1]);
-      a[ks][1] = codes_to_bf16x2(qb[0], qb[1]);
-      a[ks][2] = codes_to_bf16x2(qa[8], qa[9]);
-      a[ks][3] = codes_to_bf16x2(qb[8], qb[9]);
+      a[ks][0] = codes_to_16bit_pair<RowFormat>(qa[0], qa[1]);
+      a[ks][1] = codes_to_16bit_pair<RowFormat>(qb[0], qb[1]);
+      a[ks][2] = codes_to_16bit_pair<RowFormat>(qa[8], qa[9]);
+      a[ks][3] = codes_to_16bit_pair<RowFormat>(qb[8], qb[9]);
     } else {
       const unsigned col = ks * 32 + tig * 4;
       a[ks][0] = *reinterpret_cast<const std::uint32_t*>(qi + ha * kIndexerDim + col);
@@ -474,8 +475,8 @@ __global__ void __launch_bounds__(kScoreThreads, 4) score_kernel(ScoreParams p) 
     // past this barrier, and its writers (the next tile's row checks) come after the next tile's first barrier.
     // This tile adds to nflagged[buf], reset one tile ago (the first tile's in the prologue).
     if (tid == 0) sm.nflagged[buf ^ 1u] = 0;
-    if constexpr (kBf16Rows) {
-      // ---- row check: two threads per key row (dims [64 half, 64 half + 64)).
+    if constexpr (kPath == ScorePath::Bf16Rows) {
+      // ---- row check: two threads per key row (dims [64 half, 64 half + 64)), then the MMAs on the raw rows.
       const unsigned r = tid / 2, half = tid % 2;
       const std::uint8_t* rr = sm.raw[buf] + r * kRawBf16Stride + half * 128;
       std::uint32_t words[32];
@@ -488,54 +489,60 @@ __global__ void __launch_bounds__(kScoreThreads, 4) score_kernel(ScoreParams p) 
         words[4 * k + 3] = q.w;
       }
       bool ok = true;
-      const int e = bf16_row_check(words, ok);
+      const int e = row_check_16bit<Bf16Bits>(words, ok);
       // The CPU's own float dot must be exact as well: its products are multiples of 2^(fq + e - 7) and its
-      // partial sums below 2^(fq + e + 15).
+      // partial sums below 2^(fq + e + 15). The terms fl((w 2^fq) max(I, 0)) are then the CPU's terms
+      // fl(w max(q.k, 0)) themselves ((w 2^fq) I = w q.k exactly), whatever their magnitude: 2^fk = 1.
       ok = ok && fq_min + e - 7 >= -149 && fq_max + e + 15 <= 126;
       if (half == 0) {
-        sm.sk[r] = 1.0f;  // the MMA terms are the CPU's terms themselves (see the epilogue)
+        sm.sk[r] = 1.0f;
         if (r < nrows && !(q_ok && ok)) sm.flagged[atomicAdd(&sm.nflagged[buf], 1)] = static_cast<int>(r);
       }
-      // ---- bf16 MMA on the raw rows (ldmatrix: register j of chunk c holds dims 32 c + 8 j + 2 tig, + 1 of row
-      // 8 group + g, the B fragments of k-steps 2 c (j = 0, 1) and 2 c + 1 (j = 2, 3)); four groups of 8 rows at
-      // a time. Rows past nrows hold stale bytes; their terms are never summed. Terms fl((w_h 2^fq_h) max(I, 0))
-      // = fl(w_h max(q.k, 0)), the CPU's terms bit for bit: (w 2^fq) I = w q.k exactly.
-      constexpr unsigned kGroupsAtOnce = 4;
+      mma_terms_16bit<Bf16Bits>(sm.ps, sm.raw[buf], a, wqa, wqb, ha, hb, lane);
+    } else if constexpr (kPath == ScorePath::Fp8Rows) {
+      // ---- widen to f16 (two threads per key row) and check; the f16 rows overwrite the tile's buffer.
+      const unsigned r = tid / 2, half = tid % 2;
+      const std::uint8_t* rr = sm.raw[buf] + r * 132;
+      std::uint32_t words[32];
 #pragma unroll
-      for (unsigned ng0 = 0; ng0 < kScoreTileRows / 8; ng0 += kGroupsAtOnce) {
-        float acc[kGroupsAtOnce][4];
-#pragma unroll
-        for (unsigned i = 0; i < kGroupsAtOnce; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
-#pragma unroll
-        for (unsigned c = 0; c < kIndexerDim / 32; ++c) {
-          std::uint32_t b[kGroupsAtOnce][4];
-#pragma unroll
-          for (unsigned i = 0; i < kGroupsAtOnce; ++i) {
-            ldmatrix_x4(b[i], sm.raw[buf] + ((ng0 + i) * 8 + lane % 8) * kRawBf16Stride + (32 * c + 8 * (lane / 8)) * 2);
-          }
-#pragma unroll
-          for (unsigned i = 0; i < kGroupsAtOnce; ++i) mma_bf16(acc[i], a[2 * c], b[i][0], b[i][1]);
-#pragma unroll
-          for (unsigned i = 0; i < kGroupsAtOnce; ++i) mma_bf16(acc[i], a[2 * c + 1], b[i][2], b[i][3]);
-        }
-#pragma unroll
-        for (unsigned i = 0; i < kGroupsAtOnce; ++i) {
-          const unsigned ra = (ng0 + i) * 8 + tig * 2;  // even: the float2 accesses are aligned
-          *reinterpret_cast<float2*>(&sm.ps[ha * kPStride + ra]) =
-              make_float2(__fmul_rn(wqa, fmaxf(acc[i][0], 0.0f)), __fmul_rn(wqa, fmaxf(acc[i][1], 0.0f)));
-          *reinterpret_cast<float2*>(&sm.ps[hb * kPStride + ra]) =
-              make_float2(__fmul_rn(wqb, fmaxf(acc[i][2], 0.0f)), __fmul_rn(wqb, fmaxf(acc[i][3], 0.0f)));
-        }
+      for (int k = 0; k < 16; ++k) {
+        const std::uint32_t wd = r < nrows ? *reinterpret_cast<const std::uint32_t*>(rr + half * 64 + 4 * k) : 0u;
+        words[2 * k] = e4m3x2_to_half2_bits(wd);
+        words[2 * k + 1] = e4m3x2_to_half2_bits(wd >> 16);
       }
+      const std::uint32_t scale_bits = r < nrows ? *reinterpret_cast<const std::uint32_t*>(rr + 128) : 0x3F800000u;
+      bool ok = true;
+      const int e = row_check_16bit<F16Bits>(words, ok);
+      // The scale must be a positive normal power of two 2^k: the CPU's values e4m3 * 2^k are then exact
+      // (multiples of 2^(e - 7 + k) below 2^(e + 1 + k)), its dot too (products multiples of 2^(fq + e - 7 + k),
+      // partial sums below 2^(fq + e + 15 + k)), and the MMA gives I = q.k / (2^fq 2^k). The terms fl((w 2^fq) max(I, 0)) times 2^k
+      // (on the head sum) are the CPU's bits when every term and partial sum is normal in both scales: terms lie
+      // in [2^(wq_emin + e - 7), 2^(wq_emax + e + 15)), sums of 64 below 2^(wq_emax + e + 21).
+      const int k = static_cast<int>((scale_bits >> 23) & 0xFFu) - 127;
+      ok = ok && (scale_bits & 0x807FFFFFu) == 0u && k >= -126 && k <= 127 && e - 7 + k >= -149 && e + 1 + k <= 127;
+      ok = ok && fq_min + e - 7 + k >= -149 && fq_max + e + 15 + k <= 126;
+      ok = ok && wq_emin + e - 7 + min(k, 0) >= -126 && wq_emax + e + 21 + max(k, 0) <= 127;
+      __syncthreads();  // every FP8 row is in registers: the f16 rows may overwrite the buffer
+      std::uint8_t* out = sm.raw[buf] + r * kRawBf16Stride + half * 128;
+#pragma unroll
+      for (int q = 0; q < 8; ++q) {
+        *reinterpret_cast<uint4*>(out + 16 * q) = make_uint4(words[4 * q], words[4 * q + 1], words[4 * q + 2], words[4 * q + 3]);
+      }
+      if (half == 0) {
+        sm.sk[r] = q_ok && ok ? pow2f(k) : 1.0f;  // the scalar path writes the final terms
+        if (r < nrows && !(q_ok && ok)) sm.flagged[atomicAdd(&sm.nflagged[buf], 1)] = static_cast<int>(r);
+      }
+      __syncthreads();
+      mma_terms_16bit<F16Bits>(sm.ps, sm.raw[buf], a, wqa, wqb, ha, hb, lane);
     } else {
-    // ---- decode: two threads per key row (dims [64 half, 64 half + 64)) to integer codes at one exponent.
+    // ---- MXFP4 decode: two threads per key row (dims [64 half, 64 half + 64)) to integer codes at one exponent.
     {
       const unsigned r = tid / 2, half = tid % 2;
       const std::uint8_t* raw = sm.raw[buf];
       std::uint32_t packed[16];
       int f = 0;
       bool ok = true;
-      if (p.storage == kIdxMxfp4) {
+      {
         const std::uint8_t* rr = raw + r * 68;
         std::uint32_t wd[8];
 #pragma unroll
@@ -552,20 +559,6 @@ __global__ void __launch_bounds__(kScoreThreads, 4) score_kernel(ScoreParams p) 
         const int sh0 = zero_row ? 0 : e0 - emin, sh1 = zero_row ? 0 : e1 - emin;
         const bool exact0 = mxfp4_block_codes(wd, sh0, packed), exact1 = mxfp4_block_codes(wd + 4, sh1, packed + 8);
         ok = ok && exact0 && exact1;
-      } else {
-        const std::uint8_t* rr = raw + r * 132;
-        const float scale = r < nrows ? __uint_as_float(*reinterpret_cast<const std::uint32_t*>(rr + 128)) : 0.0f;
-        float v[64];
-#pragma unroll
-        for (int k = 0; k < 16; ++k) {
-          const std::uint32_t wd = r < nrows ? *reinterpret_cast<const std::uint32_t*>(rr + half * 64 + 4 * k) : 0u;
-          const float2 lo = e4m3x2_to_float2(wd), hi = e4m3x2_to_float2(wd >> 16);
-          v[4 * k + 0] = __fmul_rn(lo.x, scale);
-          v[4 * k + 1] = __fmul_rn(lo.y, scale);
-          v[4 * k + 2] = __fmul_rn(hi.x, scale);
-          v[4 * k + 3] = __fmul_rn(hi.y, scale);
-        }
-        f = float_codes(v, packed, ok);
       }
       // (The shuffle runs in every lane: inside a short-circuited && it would not, and the warp would hang.)
       const bool partner_ok = __shfl_xor_sync(0xFFFFFFFFu, ok ? 1 : 0, 1) != 0;
@@ -686,7 +679,7 @@ cudaError_t launch_prepare_queries(const PrepareParams& p, cudaStream_t stream) 
 ScoreKernelInfo prepare_indexer_scores() {
   ScoreKernelInfo info;
   info.blocks_per_sm = 1 << 20;
-  for (auto kernel : {score_kernel<true>, score_kernel<false>}) {
+  for (auto kernel : {score_kernel<ScorePath::Bf16Rows>, score_kernel<ScorePath::Fp8Rows>, score_kernel<ScorePath::Mxfp4Codes>}) {
     int blocks = 0;
     info.error = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(sizeof(ScoreSmem)));
     if (info.error == cudaSuccess) {
@@ -702,9 +695,11 @@ cudaError_t launch_indexer_scores(const ScoreParams& p, cudaStream_t stream) {
   if (p.count == 0 || p.blocks_per_token == 0) return cudaSuccess;
   const dim3 grid(p.blocks_per_token, p.count);
   if (p.storage == kIdxBf16) {
-    score_kernel<true><<<grid, kScoreThreads, sizeof(ScoreSmem), stream>>>(p);
+    score_kernel<ScorePath::Bf16Rows><<<grid, kScoreThreads, sizeof(ScoreSmem), stream>>>(p);
+  } else if (p.storage == kIdxFp8) {
+    score_kernel<ScorePath::Fp8Rows><<<grid, kScoreThreads, sizeof(ScoreSmem), stream>>>(p);
   } else {
-    score_kernel<false><<<grid, kScoreThreads, sizeof(ScoreSmem), stream>>>(p);
+    score_kernel<ScorePath::Mxfp4Codes><<<grid, kScoreThreads, sizeof(ScoreSmem), stream>>>(p);
   }
   return cudaGetLastError();
 }

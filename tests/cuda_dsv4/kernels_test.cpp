@@ -829,13 +829,14 @@ TEST(CudaDsv4Kernels, IndexerNonFiniteKeys) {
 }
 
 // Head weights at extreme powers of two. Tiny weights make w 2^fq inexact (below the normal range), so every row
-// takes the scalar path. On the int8 path (MXFP4 rows) the terms are w 2^fq I with 2^fk applied to the head sum,
-// exact only while every product is normal in both scales and no sum overflows: huge weights must take the scalar
-// path there, and at 2^80 the guard must not trigger. The BF16 rows' path forms the CPU's terms themselves and
-// needs no such guard: huge weights stay on the tensor cores. Scores stay bit-identical to the CPU either way.
+// takes the scalar path. For MXFP4 and FP8 rows the terms are w 2^fq I with a per-row power of two (2^fk, the
+// FP8 scale) applied to the head sum, exact only while every product is normal in both scales and no sum
+// overflows: huge weights must take the scalar path there, and at 2^80 the guard must not trigger. The BF16 rows'
+// path forms the CPU's terms themselves and needs no such guard: huge weights stay on the tensor cores. Scores
+// stay bit-identical to the CPU either way.
 TEST(CudaDsv4Kernels, IndexerExtremeWeights) {
   SKIP_WITHOUT_GPU();
-  for (auto st : {kd::IndexerStorage::Bf16, kd::IndexerStorage::Mxfp4}) {
+  for (auto st : {kd::IndexerStorage::Bf16, kd::IndexerStorage::Fp8, kd::IndexerStorage::Mxfp4}) {
     IndexerCase c;
     c.storage = st;
     c.positions = {3000, 517};
