@@ -303,14 +303,26 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], const std::uint32_t (&a)
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// Two int8 query codes (exact in bf16 and f16: |c| <= 127) as a 16-bit pair, lo in the low half.
+// Two int8 query codes (the bytes of pair; exact in bf16 and f16: |c| <= 127) as a 16-bit pair, the low byte's
+// in the low half, without conversion instructions (at batch 1 a block scores one or two tiles, and 64 int-to-
+// float conversions per thread on the quarter-rate conversion pipe were a visible part of that):
+// - bf16: the float bits 0x4B400000 + c are 1.5 * 2^23 + c; minus 1.5 * 2^23 that is c exactly, and the high
+//   half of c's float bits is c's bf16 (c has at most 7 significant bits).
+// - f16: f16 bits 0x6600 + c (per 16-bit lane, c sign-extended; no carry crosses lanes) are 1536 + c, exact in
+//   f16 (ulp 1 on [1024, 2048)); one packed subtract of 1536 leaves c.
 template <typename Format>
-__device__ __forceinline__ std::uint32_t codes_to_16bit_pair(std::int8_t lo, std::int8_t hi) {
+__device__ __forceinline__ std::uint32_t codes_to_16bit_pair(std::uint32_t pair) {
+  // (Not __byte_perm's sign-replicating selectors: it ignores the top bit of each selector nibble.)
+  const int lo = static_cast<std::int8_t>(pair & 0xFFu), hi = static_cast<std::int8_t>((pair >> 8) & 0xFFu);
   if constexpr (Format::kMantissa == Bf16Bits::kMantissa) {
-    const __nv_bfloat162 v = __floats2bfloat162_rn(static_cast<float>(lo), static_cast<float>(hi));
-    return *reinterpret_cast<const std::uint32_t*>(&v);
+    const float flo = __fsub_rn(__int_as_float(0x4B400000 + lo), 12582912.0f);
+    const float fhi = __fsub_rn(__int_as_float(0x4B400000 + hi), 12582912.0f);
+    return __byte_perm(__float_as_uint(flo), __float_as_uint(fhi), 0x7632u);
   } else {
-    return pack_half2(static_cast<float>(lo), static_cast<float>(hi));
+    const std::uint32_t lanes = (static_cast<std::uint32_t>(lo) & 0xFFFFu) | (static_cast<std::uint32_t>(hi) << 16);
+    const std::uint32_t biased = __viaddmax_s16x2(lanes, 0x66006600u, 0x80008000u);  // per-lane add (max is a no-op)
+    const __half2 v = __hsub2(*reinterpret_cast<const __half2*>(&biased), __half2half2(__ushort_as_half(0x6600u)));
+    return *reinterpret_cast<const std::uint32_t*>(&v);
   }
 }
 
@@ -435,12 +447,11 @@ __global__ void __launch_bounds__(kScoreThreads, 4) score_kernel(ScoreParams p) 
   for (int ks = 0; ks < kKSteps; ++ks) {
     if constexpr (!kIntCodes) {
       const unsigned col = ks * 16 + tig * 2;
-      const std::int8_t* qa = qi + ha * kIndexerDim + col;
-      const std::int8_t* qb = qi + hb * kIndexerDim + col;
-      a[ks][0] = codes_to_16bit_pair<RowFormat>(qa[0], qa[1]);
-      a[ks][1] = codes_to_16bit_pair<RowFormat>(qb[0], qb[1]);
-      a[ks][2] = codes_to_16bit_pair<RowFormat>(qa[8], qa[9]);
-      a[ks][3] = codes_to_16bit_pair<RowFormat>(qb[8], qb[9]);
+      auto pair_at = [&](unsigned h, unsigned c) { return static_cast<std::uint32_t>(*reinterpret_cast<const std::uint16_t*>(qi + h * kIndexerDim + c)); };
+      a[ks][0] = codes_to_16bit_pair<RowFormat>(pair_at(ha, col));
+      a[ks][1] = codes_to_16bit_pair<RowFormat>(pair_at(hb, col));
+      a[ks][2] = codes_to_16bit_pair<RowFormat>(pair_at(ha, col + 8));
+      a[ks][3] = codes_to_16bit_pair<RowFormat>(pair_at(hb, col + 8));
     } else {
       const unsigned col = ks * 32 + tig * 4;
       a[ks][0] = *reinterpret_cast<const std::uint32_t*>(qi + ha * kIndexerDim + col);
