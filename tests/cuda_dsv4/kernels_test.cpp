@@ -122,7 +122,7 @@ std::uint32_t bits(float f) {
 
 // FP4-grid values (e2m1 magnitudes times a power of two per 32-value block) with block scales spread over
 // 2^-3 .. 2^0 and mostly positive: rows and prepared queries whose dot products fill the 22 significant bits the
-// tensor-core path allows (see bf16_row_check in src/cuda_dsv4/indexer.cu) and stay positive through the ReLU.
+// tensor-core paths allow (see row_check_16bit in src/cuda_dsv4/indexer_rows16.cuh) and stay positive through the ReLU.
 std::vector<float> wide_span_fp4_values(std::mt19937_64& rng, std::size_t n) {
   const float e2m1[] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
   std::vector<float> v(n);

@@ -1,158 +1,23 @@
-// DeepSeek-V4 lightning indexer on the GPU: query preparation (Hadamard + FP4, bit for bit the CPU's
-// prepare_indexer_query) and scores I[s] = sum_h w_h ReLU(q_h . k_s) on tensor cores: bf16 MMAs straight on
-// BF16 key rows, int8 MMAs on FP8 / MXFP4 rows decoded to integer codes. The scores are bit-identical to the CPU
-// fast path (indexer_scores): FP4-grid values are small integers times a power of two, so every q_h . k_s is
-// exact here (int32, or f32 sums of at most 22 significant bits) and exact in the CPU's float32 sums; the head
-// sum then runs in the CPU's order with IEEE round-to-nearest multiplies and adds (no FMA contraction). Rows or
-// queries that are not on such a grid take an exact scalar emulation of the CPU's arithmetic instead.
-#include <cuda_bf16.h>
+// DeepSeek-V4 lightning indexer on the GPU, scores I[s] = sum_h w_h ReLU(q_h . k_s) on tensor cores: bf16 MMAs
+// straight on BF16 key rows, f16 MMAs on FP8 rows widened to f16, int8 MMAs on MXFP4 rows decoded to integer
+// codes. The scores are bit-identical to the CPU fast path (indexer_scores): FP4-grid values are small integers
+// times a power of two, so every q_h . k_s is exact here (int32, or f32 sums of at most 22 significant bits) and
+// exact in the CPU's float32 sums; the head sum then runs in the CPU's order with IEEE round-to-nearest
+// multiplies and adds (no FMA contraction). Rows or queries that are not on such a grid take an exact scalar
+// emulation of the CPU's arithmetic instead. The argument in full: docs/cuda-dsv4-kernels.md.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
 #include <type_traits>
 
+#include "indexer_rows16.cuh"
 #include "kernels_device.cuh"
 #include "kernels_params.hpp"
 
 namespace kvcompact::cuda::dsv4::detail {
 
 namespace {
-
-constexpr int kNoBit = 100000;  // "no non-zero value" sentinel for the lowest-bit minimum
-
-// CPU fp4 rounding (core dtypes f32_to_fp4_e2m1 on a clamped value): nearest of {0, .5, 1, 1.5, 2, 3, 4, 6},
-// ties to the even code; the sign is kept (-0 for small negatives); NaN becomes +0.
-__device__ __forceinline__ float round_e2m1(float x) {
-  if (x != x) return 0.0f;
-  const float a = fabsf(x);
-  float r;
-  if (a <= 0.25f) r = 0.0f;
-  else if (a < 0.75f) r = 0.5f;
-  else if (a <= 1.25f) r = 1.0f;
-  else if (a < 1.75f) r = 1.5f;
-  else if (a <= 2.5f) r = 2.0f;
-  else if (a < 3.5f) r = 3.0f;
-  else if (a <= 5.0f) r = 4.0f;
-  else r = 6.0f;
-  return copysignf(r, x);
-}
-
-// fp_sim.cpp pow2_ceil_scale.
-__device__ __forceinline__ float pow2_ceil_scale(float amax, float amax_floor, float inv_max) {
-  const float r = __fmul_rn(fmaxf(amax, amax_floor), inv_max);
-  const std::uint32_t bits = __float_as_uint(r);
-  const int e = static_cast<int>((bits >> 23) & 0xFFu) - 127 + ((bits & 0x7FFFFFu) != 0 ? 1 : 0);
-  return __uint_as_float(static_cast<std::uint32_t>(e + 127) << 23);
-}
-
-// v / 2^f as an integer when it is one of magnitude <= 127 (f <= lowbit_exponent(v)); else returns 128.
-__device__ __forceinline__ int int_at_exponent(float v, int f) {
-  if (v == 0.0f) return 0;
-  const std::uint32_t bits = __float_as_uint(v);
-  const std::uint32_t ex = (bits >> 23) & 0xFFu;
-  std::uint32_t mant = bits & 0x7FFFFFu;
-  int base = -149;
-  if (ex != 0) {
-    mant |= 0x800000u;
-    base = static_cast<int>(ex) - 150;
-  }
-  const int d = base - f;
-  std::uint32_t mag;
-  if (d >= 0) {
-    if (d > 7 || (static_cast<std::uint64_t>(mant) << d) > 127u) return 128;
-    mag = mant << d;
-  } else {
-    if (-d > 31) return 0;
-    mag = mant >> (-d);
-  }
-  if (mag > 127u) return 128;
-  return (bits & 0x80000000u) ? -static_cast<int>(mag) : static_cast<int>(mag);
-}
-
-__device__ __forceinline__ int warp_min(int v, unsigned mask = 0xFFFFFFFFu) {
-  for (int o = 16; o > 0; o >>= 1) v = min(v, __shfl_xor_sync(mask, v, o));
-  return v;
-}
-
-// Grid (tokens, 64 / 16): one warp per head. Writes the prepared float query, its integer codes at the head's
-// lowest-bit exponent fq, and a per-head flag (integer codes exact: |code| <= 127, fq in range).
-__global__ void __launch_bounds__(kPrepareHeadsPerBlock * 32) prepare_kernel(PrepareParams p) {
-  __shared__ float buf[kPrepareHeadsPerBlock][kIndexerDim];
-  const unsigned token = blockIdx.x;
-  const unsigned warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const unsigned h = blockIdx.y * kPrepareHeadsPerBlock + warp;
-  float* qf_all = reinterpret_cast<float*>(p.ws + p.layout.qf);
-  std::int8_t* qi_all = reinterpret_cast<std::int8_t*>(p.ws + p.layout.qi);
-  int* fq_all = reinterpret_cast<int*>(p.ws + p.layout.fq);
-  int* ok_all = reinterpret_cast<int*>(p.ws + p.layout.info);
-  const std::uint64_t row = static_cast<std::uint64_t>(token) * kIndexerMaxHeads + h;
-  float* qf = qf_all + row * kIndexerDim;
-  std::int8_t* qi = qi_all + row * kIndexerDim;
-  if (h >= p.heads) {
-    reinterpret_cast<float4*>(qf)[lane] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    reinterpret_cast<std::uint32_t*>(qi)[lane] = 0;
-    if (lane == 0) {
-      fq_all[row] = 0;
-      ok_all[row] = 1;
-    }
-    return;
-  }
-  const float* src = p.q + (static_cast<std::uint64_t>(token) * p.heads + h) * kIndexerDim;
-  float* x = buf[warp];
-  const float4 in = *reinterpret_cast<const float4*>(src + lane * 4);
-  float v[4] = {in.x, in.y, in.z, in.w};
-  if (!p.already_prepared) {
-    for (int k = 0; k < 4; ++k) x[lane * 4 + k] = v[k];
-    __syncwarp();
-    // fp_sim.cpp hadamard: butterflies of stride 1, 2, ..., 64 (pairs of one stage are disjoint), then one
-    // multiply by float(1 / sqrt(128)).
-    for (unsigned hs = 1; hs < kIndexerDim; hs *= 2) {
-      for (unsigned pr = lane; pr < kIndexerDim / 2; pr += 32) {
-        const unsigned i = (pr / hs) * 2 * hs + (pr % hs);
-        const float a = x[i], b = x[i + hs];
-        x[i] = __fadd_rn(a, b);
-        x[i + hs] = __fsub_rn(a, b);
-      }
-      __syncwarp();
-    }
-    // fp4_block_sim: blocks of 32 = 8 lanes x 4 values.
-    float amax = 0.0f;
-    for (int k = 0; k < 4; ++k) {
-      v[k] = __fmul_rn(x[lane * 4 + k], p.hadamard_scale);
-      amax = fmaxf(amax, fabsf(v[k]));
-    }
-    for (int o = 1; o < 8; o <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, o));
-    const float s = pow2_ceil_scale(amax, 6.0f * 0x1p-126f, 1.0f / 6.0f);
-    const float inv_s = 1.0f / s;
-    for (int k = 0; k < 4; ++k) {
-      const float q = fminf(fmaxf(__fmul_rn(v[k], inv_s), -6.0f), 6.0f);
-      v[k] = __fmul_rn(round_e2m1(q), s);
-    }
-  }
-  int lb = kNoBit;
-  bool ok = true;
-  for (int k = 0; k < 4; ++k) {
-    ok = ok && isfinite(v[k]);
-    if (v[k] != 0.0f && isfinite(v[k])) lb = min(lb, lowbit_exponent(v[k]));
-  }
-  const int f_raw = warp_min(lb);
-  const int f = f_raw != kNoBit ? f_raw : 0;  // an all-zero head has integers 0 at any exponent
-  std::uint32_t packed = 0;
-  for (int k = 0; k < 4; ++k) {
-    const int iv = isfinite(v[k]) ? int_at_exponent(v[k], f) : 128;
-    if (iv > 127 || iv < -127) ok = false;
-    packed |= (static_cast<std::uint32_t>(iv) & 0xFFu) << (8 * k);
-  }
-  ok = ok && f >= -126 && f <= 100;
-  ok = __all_sync(0xFFFFFFFFu, ok);
-  reinterpret_cast<float4*>(qf)[lane] = make_float4(v[0], v[1], v[2], v[3]);
-  reinterpret_cast<std::uint32_t*>(qi)[lane] = packed;
-  if (lane == 0) {
-    fq_all[row] = f;
-    ok_all[row] = ok ? 1 : 0;
-  }
-}
 
 // The CPU's float32 dot product (math_dot.hpp dot_f32, n = 128: eight accumulators, then a fixed tree) of a
 // query head with a stored row, decoded value by value exactly as decode_indexer_row does.
@@ -244,86 +109,6 @@ __device__ __forceinline__ bool mxfp4_block_codes(const std::uint32_t* wd, int s
   if (shift == 5) return (any_index & 0x44444444u) == 0;
   if (shift == 6) return (any_index & 0x66666666u) == 0;
   return (any_index & 0x77777777u) == 0;
-}
-
-// 16-bit float formats of key rows fed to the tensor cores (f32 accumulation): BF16 rows as stored, FP8 rows
-// widened to f16 (exactly: e4m3 values are f16 values).
-struct Bf16Bits {
-  static constexpr int kMantissa = 7, kBias = 127, kMinE = -120, kMaxE = 100;
-};
-struct F16Bits {
-  static constexpr int kMantissa = 10, kBias = 15, kMinE = -8, kMaxE = 15;
-};
-
-// The row check for the tensor-core path: every value has at most two significant bits (mantissa bits below the
-// top one clear: the FP4 grid of the model's rows) and every nonzero magnitude is at least 2^(E-6), where
-// E = floor(log2 amax) is normal and in [kMinE, kMaxE]. Then every value is a multiple of 2^(E-7) below 2^(E+1) in
-// magnitude; with integer query codes |c| <= 127 each product c x is a multiple of 2^(E-7) below 2^(E+8), and
-// every partial sum of the 128 products a multiple of 2^(E-7) below 2^(E+15): 22 significant bits, exact in f32
-// with two bits to spare. The tensor core's products are exact and its f32 accumulation, which aligns the addends
-// to the largest and keeps f32 width, then drops no set bit, so the MMA gives q.k / 2^fq (over the row scale for
-// FP8) exactly. (The tests check every score's bits against the CPU, with rows that fill the 22 bits.) Per word of
-// two values this costs four instructions: the largest and the smallest nonzero magnitude by 16-bit integer max /
-// min of the magnitude bits (non-negative bit patterns order as their values; NaN and infinity lie above every
-// finite one), the latter on magnitude + 0x7FFF, which sends 0 to the top (0x7FFF as a signed 16-bit lane) and
-// carries into no other lane (magnitudes are below 0x8000), and the OR of the low mantissa bits. The partner
-// lane (lane ^ 1) holds the row's other half. Returns E (0 for an all-zero row); clears ok when the row fails.
-template <typename Format>
-__device__ __forceinline__ int row_check_16bit(const std::uint32_t (&words)[32], bool& ok) {
-  constexpr std::uint32_t kLow = (1u << (Format::kMantissa - 1)) - 1u, kLowMask = kLow | (kLow << 16);
-  std::uint32_t largest[2] = {0u, 0u}, smallest[2] = {0x7FFF7FFFu, 0x7FFF7FFFu}, low_bits = 0u;
-#pragma unroll
-  for (int k = 0; k < 32; k += 2) {
-    const std::uint32_t m0 = words[k] & 0x7FFF7FFFu, m1 = words[k + 1] & 0x7FFF7FFFu;
-    largest[k / 2 % 2] = __vimax3_s16x2(m0, m1, largest[k / 2 % 2]);
-    smallest[k / 2 % 2] = __vimin3_s16x2(m0 + 0x7FFF7FFFu, m1 + 0x7FFF7FFFu, smallest[k / 2 % 2]);
-    low_bits |= (words[k] | words[k + 1]) & kLowMask;
-  }
-  const std::uint32_t l2 = __vimax3_s16x2(largest[0], largest[1], largest[1]);
-  const std::uint32_t s2 = __vimin3_s16x2(smallest[0], smallest[1], smallest[1]);
-  int amax = max(static_cast<int>(l2 & 0xFFFFu), static_cast<int>(l2 >> 16));
-  int smin = min(static_cast<int>(static_cast<std::int16_t>(s2 & 0xFFFFu)), static_cast<int>(static_cast<std::int16_t>(s2 >> 16)));
-  amax = max(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, 1));
-  smin = min(smin, __shfl_xor_sync(0xFFFFFFFFu, smin, 1));
-  low_bits |= __shfl_xor_sync(0xFFFFFFFFu, low_bits, 1);
-  if (amax == 0) return 0;  // all zeros: exact at any exponent
-  constexpr int kExpAll = (0x7FFF >> Format::kMantissa);  // exponent field of infinity and NaN
-  const int ex = amax >> Format::kMantissa;                // biased exponent; 0: subnormal
-  const int e = ex - Format::kBias;
-  const int smallest_nonzero = smin + 0x8001;  // (smin is not 0x7FFF: some value is nonzero)
-  ok = ok && ex != 0 && ex != kExpAll && e >= Format::kMinE && e <= Format::kMaxE && low_bits == 0u &&
-       smallest_nonzero >= ((e - 6 + Format::kBias) << Format::kMantissa);
-  return e;
-}
-
-__device__ __forceinline__ void mma_bf16(float (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0, std::uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// Two int8 query codes (the bytes of pair; exact in bf16 and f16: |c| <= 127) as a 16-bit pair, the low byte's
-// in the low half, without conversion instructions (at batch 1 a block scores one or two tiles, and 64 int-to-
-// float conversions per thread on the quarter-rate conversion pipe were a visible part of that):
-// - bf16: the float bits 0x4B400000 + c are 1.5 * 2^23 + c; minus 1.5 * 2^23 that is c exactly, and the high
-//   half of c's float bits is c's bf16 (c has at most 7 significant bits).
-// - f16: f16 bits 0x6600 + c (per 16-bit lane, c sign-extended; no carry crosses lanes) are 1536 + c, exact in
-//   f16 (ulp 1 on [1024, 2048)); one packed subtract of 1536 leaves c.
-template <typename Format>
-__device__ __forceinline__ std::uint32_t codes_to_16bit_pair(std::uint32_t pair) {
-  // (Not __byte_perm's sign-replicating selectors: it ignores the top bit of each selector nibble.)
-  const int lo = static_cast<std::int8_t>(pair & 0xFFu), hi = static_cast<std::int8_t>((pair >> 8) & 0xFFu);
-  if constexpr (Format::kMantissa == Bf16Bits::kMantissa) {
-    const float flo = __fsub_rn(__int_as_float(0x4B400000 + lo), 12582912.0f);
-    const float fhi = __fsub_rn(__int_as_float(0x4B400000 + hi), 12582912.0f);
-    return __byte_perm(__float_as_uint(flo), __float_as_uint(fhi), 0x7632u);
-  } else {
-    const std::uint32_t lanes = (static_cast<std::uint32_t>(lo) & 0xFFFFu) | (static_cast<std::uint32_t>(hi) << 16);
-    const std::uint32_t biased = __viaddmax_s16x2(lanes, 0x66006600u, 0x80008000u);  // per-lane add (max is a no-op)
-    const __half2 v = __hsub2(*reinterpret_cast<const __half2*>(&biased), __half2half2(__ushort_as_half(0x6600u)));
-    return *reinterpret_cast<const std::uint32_t*>(&v);
-  }
 }
 
 // Tensor-core terms of a tile of 16-bit rows (stride kRawBf16Stride) into ps: four groups of 8 rows at a time;
@@ -447,7 +232,9 @@ __global__ void __launch_bounds__(kScoreThreads, 4) score_kernel(ScoreParams p) 
   for (int ks = 0; ks < kKSteps; ++ks) {
     if constexpr (!kIntCodes) {
       const unsigned col = ks * 16 + tig * 2;
-      auto pair_at = [&](unsigned h, unsigned c) { return static_cast<std::uint32_t>(*reinterpret_cast<const std::uint16_t*>(qi + h * kIndexerDim + c)); };
+      auto pair_at = [&](unsigned h, unsigned c) {
+        return static_cast<std::uint32_t>(*reinterpret_cast<const std::uint16_t*>(qi + h * kIndexerDim + c));
+      };
       a[ks][0] = codes_to_16bit_pair<RowFormat>(pair_at(ha, col));
       a[ks][1] = codes_to_16bit_pair<RowFormat>(pair_at(hb, col));
       a[ks][2] = codes_to_16bit_pair<RowFormat>(pair_at(ha, col + 8));
@@ -526,9 +313,10 @@ __global__ void __launch_bounds__(kScoreThreads, 4) score_kernel(ScoreParams p) 
       const int e = row_check_16bit<F16Bits>(words, ok);
       // The scale must be a positive normal power of two 2^k: the CPU's values e4m3 * 2^k are then exact
       // (multiples of 2^(e - 7 + k) below 2^(e + 1 + k)), its dot too (products multiples of 2^(fq + e - 7 + k),
-      // partial sums below 2^(fq + e + 15 + k)), and the MMA gives I = q.k / (2^fq 2^k). The terms fl((w 2^fq) max(I, 0)) times 2^k
-      // (on the head sum) are the CPU's bits when every term and partial sum is normal in both scales: terms lie
-      // in [2^(wq_emin + e - 7), 2^(wq_emax + e + 15)), sums of 64 below 2^(wq_emax + e + 21).
+      // partial sums below 2^(fq + e + 15 + k)), and the MMA gives I = q.k / (2^fq 2^k). The terms
+      // fl((w 2^fq) max(I, 0)) times 2^k (on the head sum) are the CPU's bits when every term and partial sum is
+      // normal in both scales: terms lie in [2^(wq_emin + e - 7), 2^(wq_emax + e + 15)), sums of 64 below
+      // 2^(wq_emax + e + 21).
       const int k = static_cast<int>((scale_bits >> 23) & 0xFFu) - 127;
       ok = ok && (scale_bits & 0x807FFFFFu) == 0u && k >= -126 && k <= 127 && e - 7 + k >= -149 && e + 1 + k <= 127;
       ok = ok && fq_min + e - 7 + k >= -149 && fq_max + e + 15 + k <= 126;
@@ -537,7 +325,8 @@ __global__ void __launch_bounds__(kScoreThreads, 4) score_kernel(ScoreParams p) 
       std::uint8_t* out = sm.raw[buf] + r * kRawBf16Stride + half * 128;
 #pragma unroll
       for (int q = 0; q < 8; ++q) {
-        *reinterpret_cast<uint4*>(out + 16 * q) = make_uint4(words[4 * q], words[4 * q + 1], words[4 * q + 2], words[4 * q + 3]);
+        *reinterpret_cast<uint4*>(out + 16 * q) =
+            make_uint4(words[4 * q], words[4 * q + 1], words[4 * q + 2], words[4 * q + 3]);
       }
       if (half == 0) {
         sm.sk[r] = q_ok && ok ? pow2f(k) : 1.0f;  // the scalar path writes the final terms
@@ -681,18 +470,14 @@ __global__ void __launch_bounds__(kScoreThreads, 4) score_kernel(ScoreParams p) 
 
 }  // namespace
 
-cudaError_t launch_prepare_queries(const PrepareParams& p, cudaStream_t stream) {
-  if (p.tokens == 0) return cudaSuccess;
-  prepare_kernel<<<dim3(p.tokens, kIndexerMaxHeads / kPrepareHeadsPerBlock), kPrepareHeadsPerBlock * 32, 0, stream>>>(p);
-  return cudaGetLastError();
-}
-
 ScoreKernelInfo prepare_indexer_scores() {
   ScoreKernelInfo info;
   info.blocks_per_sm = 1 << 20;
-  for (auto kernel : {score_kernel<ScorePath::Bf16Rows>, score_kernel<ScorePath::Fp8Rows>, score_kernel<ScorePath::Mxfp4Codes>}) {
+  for (auto kernel :
+       {score_kernel<ScorePath::Bf16Rows>, score_kernel<ScorePath::Fp8Rows>, score_kernel<ScorePath::Mxfp4Codes>}) {
     int blocks = 0;
-    info.error = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(sizeof(ScoreSmem)));
+    info.error =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(sizeof(ScoreSmem)));
     if (info.error == cudaSuccess) {
       info.error = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kScoreThreads, sizeof(ScoreSmem));
     }
