@@ -38,14 +38,15 @@ constexpr unsigned kPStride = kScoreTileRows + 8;
 constexpr unsigned kRawBf16Stride = 272;  // raw BF16 rows: 256 B + 16 (conflict-free 16-B and ldmatrix reads)
 constexpr unsigned kRawBytes = kScoreTileRows * kRawBf16Stride;  // per buffer; FP8 / MXFP4 tiles are smaller
 
-// The int8 key rows of a tile (64 x kKiStride bytes) are written over the tile's own raw buffer once every
-// thread has its raw values in registers; that keeps a block under 56 KB, so four blocks (16 warps) fit on a
-// multiprocessor (the registers allow four as well).
+// The int8 rows of an MXFP4 tile (64 x kKiStride bytes) and the f16 rows of an FP8 tile (64 x kRawBf16Stride)
+// are written over the tile's own raw buffer once every thread has its raw values in registers; that keeps a
+// block under 56 KB, so four blocks (16 warps) fit on a multiprocessor (the registers allow four as well).
 static_assert(kScoreTileRows * kKiStride <= kRawBytes);
 struct ScoreSmem {
   std::uint8_t raw[2][kRawBytes];
   float ps[kIndexerMaxHeads * kPStride];
-  float sk[kScoreTileRows];     // 2^fk of each row (its int8 codes' exponent); 1 for rows of the scalar path
+  float sk[kScoreTileRows];     // power of two of each row's head sum: 2^fk of MXFP4 codes, the FP8 scale 2^k;
+                                // 1 for BF16 rows and rows of the scalar path
   int flagged[kScoreTileRows];  // rows of the tile that take the exact scalar path
   int nflagged[2];              // their count, by tile parity (reset one tile ahead; see the loop)
   int q_ok, fq_min, fq_max;
@@ -335,92 +336,96 @@ __global__ void __launch_bounds__(kScoreThreads, 4) score_kernel(ScoreParams p) 
       __syncthreads();
       mma_terms_16bit<F16Bits>(sm.ps, sm.raw[buf], a, wqa, wqb, ha, hb, lane);
     } else {
-    // ---- MXFP4 decode: two threads per key row (dims [64 half, 64 half + 64)) to integer codes at one exponent.
-    {
-      const unsigned r = tid / 2, half = tid % 2;
-      const std::uint8_t* raw = sm.raw[buf];
-      std::uint32_t packed[16];
-      int f = 0;
-      bool ok = true;
+      // ---- MXFP4 decode: two threads per key row (dims [64 half, 64 half + 64)) to integer codes at one exponent.
       {
-        const std::uint8_t* rr = raw + r * 68;
-        std::uint32_t wd[8];
+        const unsigned r = tid / 2, half = tid % 2;
+        const std::uint8_t* raw = sm.raw[buf];
+        std::uint32_t packed[16];
+        int f = 0;
+        bool ok = true;
+        {
+          const std::uint8_t* rr = raw + r * 68;
+          std::uint32_t wd[8];
 #pragma unroll
-        for (int k = 0; k < 8; ++k) wd[k] = r < nrows ? *reinterpret_cast<const std::uint32_t*>(rr + half * 32 + 4 * k) : 0u;
-        const std::uint32_t sw = r < nrows ? *reinterpret_cast<const std::uint32_t*>(rr + 64) : 0u;
-        const int e0 = static_cast<int>((sw >> (16 * half)) & 0xFFu), e1 = static_cast<int>((sw >> (16 * half + 8)) & 0xFFu);
-        const bool nz0 = ((wd[0] | wd[1] | wd[2] | wd[3]) & 0x77777777u) != 0;
-        const bool nz1 = ((wd[4] | wd[5] | wd[6] | wd[7]) & 0x77777777u) != 0;
-        int emin = min(nz0 ? e0 : 1000, nz1 ? e1 : 1000);
-        emin = min(emin, __shfl_xor_sync(0xFFFFFFFFu, emin, 1));
-        const bool zero_row = emin == 1000;
-        f = zero_row ? 0 : emin - 128;  // value = e2m1 x 2^(e - 127) = (2 e2m1) x 2^(e - 128)
-        ok = f >= -126 && f <= 100;
-        const int sh0 = zero_row ? 0 : e0 - emin, sh1 = zero_row ? 0 : e1 - emin;
-        const bool exact0 = mxfp4_block_codes(wd, sh0, packed), exact1 = mxfp4_block_codes(wd + 4, sh1, packed + 8);
-        ok = ok && exact0 && exact1;
-      }
-      // (The shuffle runs in every lane: inside a short-circuited && it would not, and the warp would hang.)
-      const bool partner_ok = __shfl_xor_sync(0xFFFFFFFFu, ok ? 1 : 0, 1) != 0;
-      ok = ok && partner_ok;
-      // Exactness of I * 2^fq * 2^fk (see the file comment): products above 2^-149, results below 2^121.
-      ok = ok && fq_min + f >= -149 && fq_max + f <= 100;
-      // The epilogue rounds (w 2^fq) I and the head sum scales by 2^fk at the end (see the head sum): exact
-      // when every nonzero product is normal with and without 2^fk and no partial sum can overflow.
-      ok = ok && wq_emin + min(f, 0) >= -126 && wq_emax + 27 + max(f, 0) <= 127;
-      __syncthreads();  // every raw row is in registers: the int8 rows may now overwrite the raw buffer
-      // Int8 row layout for the MMA: the B fragments of k-step ks are words 8 ks + tig (dims 32 ks + 4 tig ...)
-      // and 8 ks + 4 + tig; they are stored at words 8 tig + 2 ks (+1), so that lane tig reads its eight words
-      // of a row with two 16-byte loads. This thread holds words 16 half .. 16 half + 15.
-      std::uint8_t* ki = sm.raw[buf] + r * kKiStride;
+          for (int k = 0; k < 8; ++k) {
+            wd[k] = r < nrows ? *reinterpret_cast<const std::uint32_t*>(rr + half * 32 + 4 * k) : 0u;
+          }
+          const std::uint32_t sw = r < nrows ? *reinterpret_cast<const std::uint32_t*>(rr + 64) : 0u;
+          const int e0 = static_cast<int>((sw >> (16 * half)) & 0xFFu);
+          const int e1 = static_cast<int>((sw >> (16 * half + 8)) & 0xFFu);
+          const bool nz0 = ((wd[0] | wd[1] | wd[2] | wd[3]) & 0x77777777u) != 0;
+          const bool nz1 = ((wd[4] | wd[5] | wd[6] | wd[7]) & 0x77777777u) != 0;
+          int emin = min(nz0 ? e0 : 1000, nz1 ? e1 : 1000);
+          emin = min(emin, __shfl_xor_sync(0xFFFFFFFFu, emin, 1));
+          const bool zero_row = emin == 1000;
+          f = zero_row ? 0 : emin - 128;  // value = e2m1 x 2^(e - 127) = (2 e2m1) x 2^(e - 128)
+          ok = f >= -126 && f <= 100;
+          const int sh0 = zero_row ? 0 : e0 - emin, sh1 = zero_row ? 0 : e1 - emin;
+          const bool exact0 = mxfp4_block_codes(wd, sh0, packed), exact1 = mxfp4_block_codes(wd + 4, sh1, packed + 8);
+          ok = ok && exact0 && exact1;
+        }
+        // (The shuffle runs in every lane: inside a short-circuited && it would not, and the warp would hang.)
+        const bool partner_ok = __shfl_xor_sync(0xFFFFFFFFu, ok ? 1 : 0, 1) != 0;
+        ok = ok && partner_ok;
+        // Exactness of I * 2^fq * 2^fk (see the file comment): products above 2^-149, results below 2^121.
+        ok = ok && fq_min + f >= -149 && fq_max + f <= 100;
+        // The epilogue rounds (w 2^fq) I and the head sum scales by 2^fk at the end (see the head sum): exact
+        // when every nonzero product is normal with and without 2^fk and no partial sum can overflow.
+        ok = ok && wq_emin + min(f, 0) >= -126 && wq_emax + 27 + max(f, 0) <= 127;
+        __syncthreads();  // every raw row is in registers: the int8 rows may now overwrite the raw buffer
+        // Int8 row layout for the MMA: the B fragments of k-step ks are words 8 ks + tig (dims 32 ks + 4 tig ...)
+        // and 8 ks + 4 + tig; they are stored at words 8 tig + 2 ks (+1), so that lane tig reads its eight words
+        // of a row with two 16-byte loads. This thread holds words 16 half .. 16 half + 15.
+        std::uint8_t* ki = sm.raw[buf] + r * kKiStride;
 #pragma unroll
-      for (int ks2 = 0; ks2 < 2; ++ks2) {
+        for (int ks2 = 0; ks2 < 2; ++ks2) {
 #pragma unroll
-        for (int t = 0; t < 4; ++t) {
-          const unsigned ks = 2 * half + ks2;
-          *reinterpret_cast<uint2*>(ki + 4 * (8 * t + 2 * ks)) = make_uint2(packed[8 * ks2 + t], packed[8 * ks2 + 4 + t]);
+          for (int t = 0; t < 4; ++t) {
+            const unsigned ks = 2 * half + ks2;
+            *reinterpret_cast<uint2*>(ki + 4 * (8 * t + 2 * ks)) =
+                make_uint2(packed[8 * ks2 + t], packed[8 * ks2 + 4 + t]);
+          }
+        }
+        if (half == 0) {
+          sm.sk[r] = q_ok && ok ? pow2f(f) : 1.0f;  // the scalar path writes the final terms
+          if (r < nrows && !(q_ok && ok)) sm.flagged[atomicAdd(&sm.nflagged[buf], 1)] = static_cast<int>(r);
         }
       }
-      if (half == 0) {
-        sm.sk[r] = q_ok && ok ? pow2f(f) : 1.0f;  // the scalar path writes the final terms
-        if (r < nrows && !(q_ok && ok)) sm.flagged[atomicAdd(&sm.nflagged[buf], 1)] = static_cast<int>(r);
+      __syncthreads();
+      // ---- int8 MMA: 8 groups of 8 rows, four groups at a time with their MMAs interleaved (one group's chain of
+      // four dependent MMAs alone stalls on every MMA's latency: the H200 profile showed a NOP and a fixed-latency
+      // wait between them); dots exact, then fl((w_h 2^fq_h) max(I, 0)) into ps[head][row] (2^fk is applied to
+      // the row's head sum).
+      constexpr unsigned kGroupsAtOnce = 4;
+#pragma unroll
+      for (unsigned ng0 = 0; ng0 < kScoreTileRows / 8; ng0 += kGroupsAtOnce) {
+        int acc[kGroupsAtOnce][4];
+        uint4 k01[kGroupsAtOnce], k23[kGroupsAtOnce];
+#pragma unroll
+        for (unsigned i = 0; i < kGroupsAtOnce; ++i) {
+          // The int8 rows (see ScoreSmem and the decode's layout): this lane's eight B words of row 8 (ng0 + i) + g.
+          const std::uint8_t* kb = sm.raw[buf] + ((ng0 + i) * 8 + g) * kKiStride + tig * 32;
+          k01[i] = *reinterpret_cast<const uint4*>(kb);
+          k23[i] = *reinterpret_cast<const uint4*>(kb + 16);
+          acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0;
+        }
+#pragma unroll
+        for (unsigned i = 0; i < kGroupsAtOnce; ++i) mma_s8(acc[i], a[0], k01[i].x, k01[i].y);
+#pragma unroll
+        for (unsigned i = 0; i < kGroupsAtOnce; ++i) mma_s8(acc[i], a[1], k01[i].z, k01[i].w);
+#pragma unroll
+        for (unsigned i = 0; i < kGroupsAtOnce; ++i) mma_s8(acc[i], a[2], k23[i].x, k23[i].y);
+#pragma unroll
+        for (unsigned i = 0; i < kGroupsAtOnce; ++i) mma_s8(acc[i], a[3], k23[i].z, k23[i].w);
+#pragma unroll
+        for (unsigned i = 0; i < kGroupsAtOnce; ++i) {
+          const unsigned ra = (ng0 + i) * 8 + tig * 2;  // even: the float2 accesses are aligned
+          *reinterpret_cast<float2*>(&sm.ps[ha * kPStride + ra]) =
+              make_float2(relu_product(wqa, wqa_offset, acc[i][0]), relu_product(wqa, wqa_offset, acc[i][1]));
+          *reinterpret_cast<float2*>(&sm.ps[hb * kPStride + ra]) =
+              make_float2(relu_product(wqb, wqb_offset, acc[i][2]), relu_product(wqb, wqb_offset, acc[i][3]));
+        }
       }
-    }
-    __syncthreads();
-    // ---- int8 MMA: 8 groups of 8 rows, four groups at a time with their MMAs interleaved (one group's chain of
-    // four dependent MMAs alone stalls on every MMA's latency: the H200 profile showed a NOP and a fixed-latency
-    // wait between them); dots exact, then fl((w_h 2^fq_h) max(I, 0)) into ps[head][row] (2^fk is applied to
-    // the row's head sum).
-    constexpr unsigned kGroupsAtOnce = 4;
-#pragma unroll
-    for (unsigned ng0 = 0; ng0 < kScoreTileRows / 8; ng0 += kGroupsAtOnce) {
-      int acc[kGroupsAtOnce][4];
-      uint4 k01[kGroupsAtOnce], k23[kGroupsAtOnce];
-#pragma unroll
-      for (unsigned i = 0; i < kGroupsAtOnce; ++i) {
-        // The int8 rows (see ScoreSmem and the decode's layout): this lane's eight B words of row 8 (ng0 + i) + g.
-        const std::uint8_t* kb = sm.raw[buf] + ((ng0 + i) * 8 + g) * kKiStride + tig * 32;
-        k01[i] = *reinterpret_cast<const uint4*>(kb);
-        k23[i] = *reinterpret_cast<const uint4*>(kb + 16);
-        acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0;
-      }
-#pragma unroll
-      for (unsigned i = 0; i < kGroupsAtOnce; ++i) mma_s8(acc[i], a[0], k01[i].x, k01[i].y);
-#pragma unroll
-      for (unsigned i = 0; i < kGroupsAtOnce; ++i) mma_s8(acc[i], a[1], k01[i].z, k01[i].w);
-#pragma unroll
-      for (unsigned i = 0; i < kGroupsAtOnce; ++i) mma_s8(acc[i], a[2], k23[i].x, k23[i].y);
-#pragma unroll
-      for (unsigned i = 0; i < kGroupsAtOnce; ++i) mma_s8(acc[i], a[3], k23[i].z, k23[i].w);
-#pragma unroll
-      for (unsigned i = 0; i < kGroupsAtOnce; ++i) {
-        const unsigned ra = (ng0 + i) * 8 + tig * 2;  // even: the float2 accesses are aligned
-        *reinterpret_cast<float2*>(&sm.ps[ha * kPStride + ra]) =
-            make_float2(relu_product(wqa, wqa_offset, acc[i][0]), relu_product(wqa, wqa_offset, acc[i][1]));
-        *reinterpret_cast<float2*>(&sm.ps[hb * kPStride + ra]) =
-            make_float2(relu_product(wqb, wqb_offset, acc[i][2]), relu_product(wqb, wqb_offset, acc[i][3]));
-      }
-    }
     }
     __syncthreads();  // ps holds every term; the flagged rows are listed
     // ---- exact scalar path for rows (or a query) off the integer grid: the CPU's own arithmetic.
@@ -439,14 +444,15 @@ __global__ void __launch_bounds__(kScoreThreads, 4) score_kernel(ScoreParams p) 
       }
       __syncthreads();
     }
-    // ---- head sum in the CPU's order: total = ((0 + p_0) + p_1) + ..., then times 2^fk.
-    // The CPU's terms are p_h 2^fk with p_h = fl((w_h 2^fq_h) I_h): when p_h and p_h 2^fk are both normal (checked
-    // per row in the decode), rounding commutes with the power of two, so the terms are the CPU's bits over 2^fk.
-    // Then so is every partial sum: a rounded sum that is normal in both scales rounds the same relative bits,
-    // and one that is subnormal in either scale is exact there (a sum of multiples of 2^-149 below 2^-126), hence
-    // representable and exact in the other scale too; no partial sum can overflow (checked). So the sum times
-    // 2^fk is exactly the CPU's total, and the multiply does not round. (Values are loaded 16 at a time ahead of
-    // the dependent adds; the order of the adds is unchanged.)
+    // ---- head sum in the CPU's order: total = ((0 + p_0) + p_1) + ..., then times the row's power of two sk
+    // (2^fk of MXFP4 codes, the FP8 scale; 1 for BF16 rows, whose terms are the CPU's own, and the scalar path).
+    // The CPU's terms are p_h sk with p_h = fl((w_h 2^fq_h) I_h): when p_h and p_h sk are both normal (checked per
+    // row), rounding commutes with the power of two, so the terms are the CPU's bits over sk. Then so is every
+    // partial sum: a rounded sum that is normal in both scales rounds the same relative bits, and one that is
+    // subnormal in either scale is exact there (a sum of multiples of 2^-149 below 2^-126), hence representable
+    // and exact in the other scale too; no partial sum can overflow (checked). So the sum times sk is exactly the
+    // CPU's total, and the multiply does not round. (Values are loaded 16 at a time ahead of the dependent adds;
+    // the order of the adds is unchanged.)
     if (tid < nrows) {
       float total = 0.0f;
       const float* col = sm.ps + tid;
