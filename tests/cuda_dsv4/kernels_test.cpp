@@ -374,6 +374,15 @@ void run_indexer_case(const IndexerCase& c) {
 
 // ---- top-k alone on constructed scores --------------------------------------------------------------------
 
+// run_indexer_case for each indexer storage, named prefix + the storage's name.
+void run_indexer_case_per_storage(IndexerCase c, const std::string& prefix) {
+  for (auto st : {kd::IndexerStorage::Mxfp4, kd::IndexerStorage::Fp8, kd::IndexerStorage::Bf16}) {
+    c.storage = st;
+    c.name = prefix + std::string(kd::indexer_storage_name(st));
+    run_indexer_case(c);
+  }
+}
+
 void run_topk_case(const std::string& name, const std::vector<std::vector<float>>& per_token, std::uint32_t k) {
   arm_watchdog();
   const std::uint32_t count = static_cast<std::uint32_t>(per_token.size());
@@ -761,14 +770,10 @@ TEST(CudaDsv4KernelsArgs, CpuIndexerDotIsExactOnModelData) {
 
 TEST(CudaDsv4Kernels, IndexerMatchesCpuBitForBit) {
   SKIP_WITHOUT_GPU();
-  for (auto st : {kd::IndexerStorage::Mxfp4, kd::IndexerStorage::Fp8, kd::IndexerStorage::Bf16}) {
-    IndexerCase c;
-    c.name = std::string("decode-") + std::string(kd::indexer_storage_name(st));
-    c.storage = st;
-    c.positions = {0, 3, 129, 2047, 2048, 9001, 40003};
-    c.zero_heads = 2;
-    run_indexer_case(c);
-  }
+  IndexerCase decode;
+  decode.positions = {0, 3, 129, 2047, 2048, 9001, 40003};
+  decode.zero_heads = 2;
+  run_indexer_case_per_storage(decode, "decode-");
   IndexerCase c;
   c.name = "prepared-input";
   c.prepared_input = true;
@@ -801,31 +806,23 @@ TEST(CudaDsv4Kernels, IndexerTiesAndOffGridRows) {
 // every score must still equal the CPU's bits, with no row on the scalar path (for FP8 / MXFP4 rows too).
 TEST(CudaDsv4Kernels, IndexerWideSpanRows) {
   SKIP_WITHOUT_GPU();
-  for (auto st : {kd::IndexerStorage::Bf16, kd::IndexerStorage::Fp8, kd::IndexerStorage::Mxfp4}) {
-    IndexerCase c;
-    c.storage = st;
-    c.name = std::string("wide-span-") + std::string(kd::indexer_storage_name(st));
-    c.wide_span = true;
-    c.prepared_input = true;
-    c.fallback = IndexerCase::Fallback::None;
-    c.positions = {20000, 4000, 777};
-    run_indexer_case(c);
-  }
+  IndexerCase c;
+  c.wide_span = true;
+  c.prepared_input = true;
+  c.fallback = IndexerCase::Fallback::None;
+  c.positions = {20000, 4000, 777};
+  run_indexer_case_per_storage(c, "wide-span-");
 }
 
 // Key rows holding NaN, infinities, subnormals or -0 (poison_indexer_rows): the rows off the grid take the scalar
 // path, and every score and index still equals the CPU's (NaN scores as NaN).
 TEST(CudaDsv4Kernels, IndexerNonFiniteKeys) {
   SKIP_WITHOUT_GPU();
-  for (auto st : {kd::IndexerStorage::Bf16, kd::IndexerStorage::Fp8, kd::IndexerStorage::Mxfp4}) {
-    IndexerCase c;
-    c.storage = st;
-    c.name = std::string("special-values-") + std::string(kd::indexer_storage_name(st));
-    c.special_values = true;
-    c.fallback = IndexerCase::Fallback::Some;
-    c.positions = {2000, 301};
-    run_indexer_case(c);
-  }
+  IndexerCase c;
+  c.special_values = true;
+  c.fallback = IndexerCase::Fallback::Some;
+  c.positions = {2000, 301};
+  run_indexer_case_per_storage(c, "special-values-");
 }
 
 // Head weights at extreme powers of two. Tiny weights make w 2^fq inexact (below the normal range), so every row
