@@ -127,4 +127,19 @@ struct Fp8DecodeSelftest {
 // out: device memory; the launch resets it.
 cudaError_t launch_fp8_decode_selftest(Fp8DecodeSelftest* out, cudaStream_t stream);
 
+// ---- wgmma self-test (tests/cuda_dsv4/wgmma_test.cpp; unverified on a GPU) ------------------------------------
+// One warpgroup: s = q k^T (q, k: [64][128] fp16, row-major), o = p v (p: [64][64], v = k as [64 rows][128]),
+// from SW128 shared-memory tiles with the given descriptor byte offsets (wgmma.cuh).
+struct WgmmaSelftestArgs {
+  const std::uint16_t* q;  // fp16 bit patterns
+  const std::uint16_t* k;
+  const std::uint16_t* p;
+  float* s;  // [64][64]
+  float* o;  // [64][128]
+  std::uint32_t kmajor_leading, kmajor_stride;    // Q, K and P descriptors
+  std::uint32_t mnmajor_leading, mnmajor_stride;  // V descriptors
+  std::uint32_t p_in_registers;                   // 1: P as register fragments (wgmma A from registers)
+};
+cudaError_t launch_wgmma_selftest(const WgmmaSelftestArgs& a, cudaStream_t stream);
+
 }  // namespace kvcompact::cuda::dsv4::detail
