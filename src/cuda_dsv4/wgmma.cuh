@@ -67,6 +67,17 @@ __device__ __forceinline__ void wgmma_m64n64k16_ss(float (&d)[32], std::uint64_t
       : "l"(a), "l"(b), "r"(accumulate ? 1 : 0), "n"(kTransB));
 }
 
+// d (64 x 32, f32, 16 registers per thread) = (accumulate ? d : 0) + A (64 x 16) * B (16 x 32), both K-major.
+__device__ __forceinline__ void wgmma_m64n32k16_ss(float (&d)[16], std::uint64_t a, std::uint64_t b, bool accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+      : "l"(a), "l"(b), "r"(accumulate ? 1 : 0));
+}
+
 // As above with A from registers: this thread's mma.sync-style A fragment of its warp's 16 rows (a[0]: row
 // l / 4, cols 2 (l % 4), + 1; a[1]: row + 8; a[2], a[3]: cols + 8).
 template <int kTransB>
