@@ -6,7 +6,7 @@
 //   heads, K = 512 (32 m64n32k16) -> online softmax in registers (per-head maxima and sums exchanged between the
 //   two warpgroups through shared memory) -> P (fp16, 64 heads x 64 rows) to shared memory -> O += P V:
 //   warpgroup x takes dims [256 x, 256 x + 256) (16 m64n64k16, V = the tile read MN-major).
-// Shared-memory reads per tile: Q twice (128 KB), the tile three times (192 KB with PV), P twice (16 KB), against
+// Shared-memory reads per tile: Q twice (128 KB), the tile twice (S and PV: 128 KB), P twice (16 KB), against
 // ~800 KB for the mma.sync kernel, whose fragments are reloaded per warp.
 // STATUS: written without device time; unverified. tests/cuda_dsv4/wgmma_test.cpp checks the wgmma conventions
 // this relies on; the attention tests check this kernel (attention.cu launches it for 64-head blocks).
