@@ -135,6 +135,21 @@ std::vector<float> wide_span_fp4_values(std::mt19937_64& rng, std::size_t n) {
   return v;
 }
 
+// The largest sum the 16-bit paths allow, with its lowest bit set: a key row of 127 values 6 (1.5 * 2^2) and one
+// 1.5 * 2^-4 (the smallest magnitude the row check accepts, 2^(E-6) with E = 2, has its low bit at 2^(E-7)), and
+// a query head of 127 values 6 and one 1.5 * 2^-3 (codes 96 and 3 at exponent 2^-4). Their dot, 127 * 36 +
+// 0.28125 / 2^4 units, needs 21.2 of the 22 bits. Dim 0 holds the small values.
+std::vector<float> max_span_values() {
+  std::vector<float> v(128, 6.0f);
+  v[0] = 0.09375f;
+  return v;
+}
+std::vector<float> max_span_query_head() {
+  std::vector<float> v(128, 6.0f);
+  v[0] = 0.1875f;
+  return v;
+}
+
 // A key row as the model makes it (Hadamard + FP4), encoded in `storage`, and the CPU's decode of it.
 struct IndexerRows {
   std::vector<std::uint8_t> bytes;
@@ -156,7 +171,7 @@ IndexerRows make_indexer_rows(std::mt19937_64& rng, std::size_t rows, kd::Indexe
       row = pool[rng() % distinct];
     } else {
       if (wide_span) {
-        row = wide_span_fp4_values(rng, 128);
+        row = r % 101 == 0 ? max_span_values() : wide_span_fp4_values(rng, 128);
       } else {
         row = normal(rng, 128, mag(rng));
         if (model_grid) kd::simulate_indexer_row(row.data());
@@ -255,7 +270,13 @@ void run_indexer_case(const IndexerCase& c) {
   }
   std::vector<float> q_cpu = q_raw;
   for (std::uint32_t i = 0; i < count; ++i) kd::prepare_indexer_query(q_cpu.data() + std::size_t{i} * H * 128, H);
-  if (c.wide_span) q_cpu = wide_span_fp4_values(rng, q_cpu.size());  // handed over as prepared (see the case)
+  if (c.wide_span) {  // handed over as prepared (see the case); head 0 of every token is the max-span head
+    q_cpu = wide_span_fp4_values(rng, q_cpu.size());
+    for (std::uint32_t i = 0; i < count; ++i) {
+      const std::vector<float> head = max_span_query_head();
+      std::copy(head.begin(), head.end(), q_cpu.begin() + std::size_t{i} * H * 128);
+    }
+  }
   std::vector<float> w = normal(rng, std::size_t{count} * H, 1.0f / std::sqrt(128.0f * 64.0f));
   for (auto& x : w) x *= c.weight_scale;
 
@@ -802,7 +823,8 @@ TEST(CudaDsv4Kernels, IndexerTiesAndOffGridRows) {
   run_indexer_case(c);
 }
 
-// Rows and queries whose dot products fill the 22 significant bits that the BF16 rows' tensor-core path allows:
+// Rows and queries whose dot products fill the 22 significant bits that the 16-bit tensor-core paths allow (every
+// 101st row and head 0 at the largest allowed span, max_span_values):
 // every score must still equal the CPU's bits, with no row on the scalar path (for FP8 / MXFP4 rows too).
 TEST(CudaDsv4Kernels, IndexerWideSpanRows) {
   SKIP_WITHOUT_GPU();
