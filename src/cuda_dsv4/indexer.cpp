@@ -1,5 +1,5 @@
-// Host side of the DeepSeek-V4 indexer kernels: query preparation, scores and top-k (argument checks,
-// grid and chunk sizing, workspaces) launching indexer_prepare.cu, indexer_scores.cu and topk.cu. Allocates nothing.
+// Host side of the DeepSeek-V4 indexer kernels: query preparation, scores and top-k (argument checks, grid and
+// chunk sizing, workspaces) launching indexer_prepare.cu, indexer_scores.cu and topk.cu. Allocates nothing.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>

@@ -161,6 +161,13 @@ __device__ __forceinline__ void mma_terms_16bit(float* ps, const std::uint8_t* r
   }
 }
 
+// A row of the tile (r < nrows) that the tensor-core path cannot score joins the tile's list for the scalar path,
+// which writes its final terms (its power of two sk is then 1). Called by one of the row's two threads.
+__device__ __forceinline__ void flag_for_scalar_path(ScoreSmem& sm, unsigned buf, unsigned r, std::uint32_t nrows,
+                                                     bool tensor_path) {
+  if (r < nrows && !tensor_path) sm.flagged[atomicAdd(&sm.nflagged[buf], 1)] = static_cast<int>(r);
+}
+
 // fl(wq max(I, 0)) of an integer dot I (|I| < 2^21) in two instructions: the bits 0x4B000000 + max(I, 0) (one
 // add-and-max) are the float 2^23 + max(I, 0), exactly (the floats of [2^23, 2^24) are the integers), and one
 // FMA with offset = -wq 2^23 rounds wq (2^23 + max(I, 0)) - wq 2^23 = wq max(I, 0) once. (A zero product comes out
@@ -295,7 +302,7 @@ __global__ void __launch_bounds__(kScoreThreads, 4) score_kernel(ScoreParams p) 
       ok = ok && fq_min + e - 7 >= -149 && fq_max + e + 15 <= 126;
       if (half == 0) {
         sm.sk[r] = 1.0f;
-        if (r < nrows && !(q_ok && ok)) sm.flagged[atomicAdd(&sm.nflagged[buf], 1)] = static_cast<int>(r);
+        flag_for_scalar_path(sm, buf, r, nrows, q_ok && ok);
       }
       mma_terms_16bit<Bf16Bits>(sm.ps, sm.raw[buf], a, wqa, wqb, ha, hb, lane);
     } else if constexpr (kPath == ScorePath::Fp8Rows) {
@@ -330,8 +337,8 @@ __global__ void __launch_bounds__(kScoreThreads, 4) score_kernel(ScoreParams p) 
             make_uint4(words[4 * q], words[4 * q + 1], words[4 * q + 2], words[4 * q + 3]);
       }
       if (half == 0) {
-        sm.sk[r] = q_ok && ok ? pow2f(k) : 1.0f;  // the scalar path writes the final terms
-        if (r < nrows && !(q_ok && ok)) sm.flagged[atomicAdd(&sm.nflagged[buf], 1)] = static_cast<int>(r);
+        sm.sk[r] = q_ok && ok ? pow2f(k) : 1.0f;
+        flag_for_scalar_path(sm, buf, r, nrows, q_ok && ok);
       }
       __syncthreads();
       mma_terms_16bit<F16Bits>(sm.ps, sm.raw[buf], a, wqa, wqb, ha, hb, lane);
@@ -387,8 +394,8 @@ __global__ void __launch_bounds__(kScoreThreads, 4) score_kernel(ScoreParams p) 
           }
         }
         if (half == 0) {
-          sm.sk[r] = q_ok && ok ? pow2f(f) : 1.0f;  // the scalar path writes the final terms
-          if (r < nrows && !(q_ok && ok)) sm.flagged[atomicAdd(&sm.nflagged[buf], 1)] = static_cast<int>(r);
+          sm.sk[r] = q_ok && ok ? pow2f(f) : 1.0f;
+          flag_for_scalar_path(sm, buf, r, nrows, q_ok && ok);
         }
       }
       __syncthreads();

@@ -619,20 +619,14 @@ TEST(CudaDsv4KernelsSmall, IndexerScoresAndTopkTiny) {
   c.k = 16;
   c.storage = kd::IndexerStorage::Mxfp4;
   run_indexer_case(c);
-  // Every storage's decode under the sanitizers: two tiles (one partial) of grid rows, and rows with NaN,
+  // Every storage's path under the sanitizers: two tiles (one partial) of grid rows, and rows with NaN,
   // infinities and subnormals.
-  for (auto st : {kd::IndexerStorage::Bf16, kd::IndexerStorage::Fp8}) {
-    c.storage = st;
-    c.name = std::string("small-") + std::string(kd::indexer_storage_name(st));
-    c.positions = {300, 42};
-    run_indexer_case(c);
-    c.name = std::string("small-special-") + std::string(kd::indexer_storage_name(st));
-    c.special_values = true;
-    c.fallback = IndexerCase::Fallback::Some;
-    run_indexer_case(c);
-    c.special_values = false;
-    c.fallback = IndexerCase::Fallback::ByGrid;
-  }
+  IndexerCase tiles = c;
+  tiles.positions = {300, 42};
+  run_indexer_case_per_storage(tiles, "small-");
+  tiles.special_values = true;
+  tiles.fallback = IndexerCase::Fallback::Some;
+  run_indexer_case_per_storage(tiles, "small-special-");
   c.name = "small-offgrid-bf16";
   c.storage = kd::IndexerStorage::Bf16;
   c.model_grid = false;
