@@ -64,13 +64,19 @@ __device__ __forceinline__ std::uint32_t wg_bf16x2_to_half2(std::uint32_t v) {
   return pack_half2(bf16_bits_to_f32(v & 0xFFFFu), bf16_bits_to_f32(v >> 16));
 }
 
-__device__ __forceinline__ void wg_stage_rows(std::uint8_t* raw, const std::uint8_t* const* rows, std::uint32_t storage) {
+// BF16 rows: thread t copies the 16-byte piece t % 64 of rows 4 j + t / 64 (j < 16); a missing row is zero-filled,
+// so the decode needs no test and the missing rows' values are zeros (their p is 0, and 0 times a stale inf
+// would be NaN in P V). FP8 rows: only the present rows are copied (the decode tests them).
+__device__ __forceinline__ void wg_stage_rows(std::uint8_t* raw, const std::uint8_t* const* rows, std::uint32_t storage,
+                                              const void* any_global) {
   const unsigned tid = threadIdx.x;
   if (storage == kRowBf16) {
+    const unsigned pc = tid % 64, r0 = tid / 64;
 #pragma unroll
     for (unsigned j = 0; j < kRows * 64 / kThreads; ++j) {
-      const unsigned c = j * kThreads + tid, r = c / 64, pc = c % 64;
-      if (rows[r] != nullptr) cp_async16(raw + r * kRawStride + pc * 16, rows[r] + pc * 16);
+      const std::uint8_t* src = rows[4 * j + r0];
+      cp_async16_or_zero(raw + (4 * j + r0) * kRawStride + pc * 16, src != nullptr ? src + pc * 16 : any_global,
+                         src != nullptr ? 16u : 0u);
     }
   } else {
     for (unsigned c = tid; c < kRows * kFp8Pieces; c += kThreads) {
@@ -119,20 +125,29 @@ __global__ void __launch_bounds__(kThreads, 1) attention_split_wgmma_kernel(Atte
   };
   tile_rows(sm.rows[0], r_begin);
   __syncthreads();
-  wg_stage_rows(sm.raw, sm.rows[0], p.storage);
+  wg_stage_rows(sm.raw, sm.rows[0], p.storage, p.q);
 
-  // The query, 64 heads x 512 floats, to SW128 fp16 (8-byte stores of 4 values).
+  // The query, 64 heads x 512 floats, to SW128 fp16 (8-byte stores of 4 values): float4 j of this thread is dims
+  // c .. c + 3 (c = 4 (tid % 128)) of head 2 j + x, whose SW128 XOR term repeats every 4 j: four bases. All 32
+  // loads are issued before the first store.
   {
     const float* qsrc = p.q + (static_cast<std::uint64_t>(token) * p.heads + h0) * kHeadDim;
     constexpr unsigned kPer = kAttnBlockHeads * kHeadDim / 4 / kThreads;  // 32 float4 per thread
-#pragma unroll 8
+    const unsigned c = 4 * (tid % 128);
+    std::uint8_t* base[4];
+#pragma unroll
+    for (unsigned j = 0; j < 4; ++j) base[j] = sm.q + sw128_offset(2 * j + x, c, kAttnBlockHeads) - 2 * j * 128;
+#pragma unroll
     for (unsigned j = 0; j < kPer; ++j) {
-      const unsigned i = j * kThreads + tid, h = (4 * i) / kHeadDim, c = (4 * i) % kHeadDim;
-      const float4 v = __ldg(reinterpret_cast<const float4*>(qsrc) + i);
-      *reinterpret_cast<uint2*>(sm.q + sw128_offset(h, c, kAttnBlockHeads)) =
-          make_uint2(pack_half2(v.x, v.y), pack_half2(v.z, v.w));
+      const float4 v = __ldg(reinterpret_cast<const float4*>(qsrc) + j * kThreads + tid);
+      *reinterpret_cast<uint2*>(base[j % 4] + 2 * j * 128) = make_uint2(pack_half2(v.x, v.y), pack_half2(v.z, v.w));
     }
   }
+  // Matrix descriptors: Q, this warpgroup's 32 rows of the tile (S), P, and its 256 dims of the tile (P V).
+  const GmmaDesc desc_q = sw128_descriptor(sm.q, 16, 1024);
+  const GmmaDesc desc_k = sw128_descriptor(sm.k + 32 * x * 128, 16, 1024);
+  const GmmaDesc desc_p = sw128_descriptor(sm.p, 16, 1024);
+  const GmmaDesc desc_v = sw128_descriptor(sm.k + 4 * x * (kRows * 128), 8192, 1024);
   float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.0f, l_b = 0.0f;  // running max (log2 units) and sum
   float o[4][32];  // dims 256 x + 64 nb + ..., the m64n64 accumulator layout
 #pragma unroll
@@ -150,16 +165,18 @@ __global__ void __launch_bounds__(kThreads, 1) attention_split_wgmma_kernel(Atte
     __syncthreads();  // raw tile, query, next rows visible; the previous tile's MMAs are done (waited below)
     // ---- decode to the SW128 tile (zeros for missing rows).
     if (p.storage == kRowBf16) {
-#pragma unroll 4
-      for (unsigned j = 0; j < kRows * 64 / kThreads; ++j) {  // 16 pieces of 16 B per thread
-        const unsigned c = j * kThreads + tid, r = c / 64, pc = c % 64;
-        uint4 outv = make_uint4(0, 0, 0, 0);
-        if (rows[r] != nullptr) {
-          const uint4 v = *reinterpret_cast<const uint4*>(sm.raw + r * kRawStride + pc * 16);
-          outv = make_uint4(wg_bf16x2_to_half2(v.x), wg_bf16x2_to_half2(v.y), wg_bf16x2_to_half2(v.z),
-                            wg_bf16x2_to_half2(v.w));
-        }
-        *reinterpret_cast<uint4*>(sm.k + sw128_offset(r, pc * 8, kRows)) = outv;
+      // The pieces this thread staged (rows 4 j + r0, piece pc; missing rows are zeros): fixed offsets from two
+      // bases, since row 4 j + r0 has r % 8 = r0 + 4 (j % 2) in the SW128 XOR.
+      const unsigned pc = tid % 64, r0 = tid / 64;
+      const std::uint8_t* src = sm.raw + r0 * kRawStride + pc * 16;
+      std::uint8_t* dst_even = sm.k + sw128_offset(r0, pc * 8, kRows);
+      std::uint8_t* dst_odd = sm.k + sw128_offset(r0 + 4, pc * 8, kRows) - 4 * 128;
+#pragma unroll
+      for (unsigned j = 0; j < kRows * 64 / kThreads; ++j) {
+        const uint4 v = *reinterpret_cast<const uint4*>(src + 4 * j * kRawStride);
+        *reinterpret_cast<uint4*>((j % 2 == 0 ? dst_even : dst_odd) + 4 * j * 128) =
+            make_uint4(wg_bf16x2_to_half2(v.x), wg_bf16x2_to_half2(v.y), wg_bf16x2_to_half2(v.z),
+                       wg_bf16x2_to_half2(v.w));
       }
     } else {
       for (unsigned c = tid; c < kRows * 72; c += kThreads) {
@@ -178,7 +195,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_split_wgmma_kernel(Atte
     }
     fence_shared_for_async();
     __syncthreads();  // the tile is decoded; every read of the raw tile is done
-    if (has_next) wg_stage_rows(sm.raw, sm.rows[cur ^ 1u], p.storage);
+    if (has_next) wg_stage_rows(sm.raw, sm.rows[cur ^ 1u], p.storage, p.q);
 
     // ---- S = Q K^T for rows [32 x, 32 x + 32): k-step s = columns 16 s .. 16 s + 15.
     float s[16];
@@ -186,8 +203,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_split_wgmma_kernel(Atte
 #pragma unroll
     for (unsigned ks = 0; ks < kHeadDim / 16; ++ks) {
       const unsigned col = (ks / 4) * (kRows * 128) + (ks % 4) * 32;
-      wgmma_m64n32k16_ss(s, sw128_descriptor(sm.q + col, 16, 1024),
-                         sw128_descriptor(sm.k + col + 32 * x * 128, 16, 1024), ks > 0);
+      wgmma_m64n32k16_ss(s, desc_q.at(col), desc_k.at(col), ks > 0);
     }
     wgmma_commit();
     wgmma_wait<0>();
@@ -237,15 +253,18 @@ __global__ void __launch_bounds__(kThreads, 1) attention_split_wgmma_kernel(Atte
       sm.part_sum[x][ha] = sum_a;
       sm.part_sum[x][hb] = sum_b;
     }
-    // O *= alpha (register accumulators; the fence below orders these writes before the next wgmma).
+    // O *= alpha (register accumulators; the fence below orders these writes before the next wgmma), skipped
+    // by a warp whose maxima all stayed (alpha = 1 exactly: the product would not change a bit).
+    if (__any_sync(0xFFFFFFFFu, al_a != 1.0f || al_b != 1.0f)) {
 #pragma unroll
-    for (int nb = 0; nb < 4; ++nb) {
+      for (int nb = 0; nb < 4; ++nb) {
 #pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        o[nb][4 * i] *= al_a;
-        o[nb][4 * i + 1] *= al_a;
-        o[nb][4 * i + 2] *= al_b;
-        o[nb][4 * i + 3] *= al_b;
+        for (int i = 0; i < 8; ++i) {
+          o[nb][4 * i] *= al_a;
+          o[nb][4 * i + 1] *= al_a;
+          o[nb][4 * i + 2] *= al_b;
+          o[nb][4 * i + 3] *= al_b;
+        }
       }
     }
     fence_shared_for_async();
@@ -260,8 +279,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_split_wgmma_kernel(Atte
     for (unsigned nb = 0; nb < 4; ++nb) {
 #pragma unroll
       for (unsigned ks = 0; ks < kRows / 16; ++ks) {
-        wgmma_m64n64k16_ss<1>(o[nb], sw128_descriptor(sm.p + ks * 32, 16, 1024),
-                              sw128_descriptor(sm.k + (4 * x + nb) * (kRows * 128) + ks * 16 * 128, 8192, 1024), true);
+        wgmma_m64n64k16_ss<1>(o[nb], desc_p.at(ks * 32), desc_v.at(nb * (kRows * 128) + ks * 16 * 128), true);
       }
     }
     wgmma_commit();

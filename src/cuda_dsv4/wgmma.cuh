@@ -26,19 +26,26 @@ __host__ __device__ constexpr std::uint32_t sw128_offset(std::uint32_t row, std:
   return (col / 64) * rows * 128 + row * 128 + ((((col % 64) / 8) ^ (row % 8)) * 16) + (col % 8) * 2;
 }
 
-// Matrix descriptor: start address, leading and stride byte offsets, 128-byte swizzle (mode 1 in bits 62-63).
-__device__ __forceinline__ std::uint64_t sw128_descriptor(const void* start, std::uint32_t leading_bytes,
-                                                          std::uint32_t stride_bytes) {
+// Matrix descriptor, as its two 32-bit halves: start address / 16 (bits 0-13) and leading byte offset / 16
+// (bits 16-29) in lo; stride byte offset / 16 (bits 32-45) and the 128-byte swizzle (mode 1 in bits 62-63) in hi.
+// An operand `bytes` further on is at(bytes): a 32-bit add to the address field, which cannot carry out of it
+// (shared addresses are below 2^18). Kept as 32-bit halves so that per-MMA offsets cost one integer add instead
+// of a 64-bit add with carries.
+struct GmmaDesc {
+  std::uint32_t lo, hi;
+  __device__ __forceinline__ GmmaDesc at(std::uint32_t bytes) const { return GmmaDesc{lo + bytes / 16, hi}; }
+};
+__device__ __forceinline__ GmmaDesc sw128_descriptor(const void* start, std::uint32_t leading_bytes,
+                                                     std::uint32_t stride_bytes) {
   const std::uint32_t addr = static_cast<std::uint32_t>(__cvta_generic_to_shared(start));
-  std::uint64_t d = (addr & 0x3FFFFu) >> 4;
-  d |= static_cast<std::uint64_t>((leading_bytes >> 4) & 0x3FFFu) << 16;
-  d |= static_cast<std::uint64_t>((stride_bytes >> 4) & 0x3FFFu) << 32;
-  d |= 1ull << 62;
-  return d;
+  return GmmaDesc{((addr & 0x3FFFFu) >> 4) | (((leading_bytes >> 4) & 0x3FFFu) << 16),
+                  ((stride_bytes >> 4) & 0x3FFFu) | (1u << 30)};
 }
 
 // Orders this thread's generic shared-memory writes before the async proxy's reads (wgmma operands).
-__device__ __forceinline__ void fence_shared_for_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+__device__ __forceinline__ void fence_shared_for_async() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
 
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
@@ -59,36 +66,38 @@ __device__ __forceinline__ void wgmma_wait() {
 // d (64 x 64, f32) = (accumulate ? d : 0) + A (64 x 16, descriptor) * B (16 x 64, descriptor); kTransB: B is
 // MN-major (rows = K).
 template <int kTransB>
-__device__ __forceinline__ void wgmma_m64n64k16_ss(float (&d)[32], std::uint64_t a, std::uint64_t b, bool accumulate) {
+__device__ __forceinline__ void wgmma_m64n64k16_ss(float (&d)[32], GmmaDesc a, GmmaDesc b, bool accumulate) {
   asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " KVC_WGMMA_D32 ", %32, %33, p, 1, 1, 0, %35;\n}\n"
+      "{\n.reg .pred p;\n.reg .b64 da, db;\nmov.b64 da, {%32, %33};\nmov.b64 db, {%34, %35};\n"
+      "setp.ne.b32 p, %36, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " KVC_WGMMA_D32 ", da, db, p, 1, 1, 0, %37;\n}\n"
       : KVC_WGMMA_D32_OPERANDS(d)
-      : "l"(a), "l"(b), "r"(accumulate ? 1 : 0), "n"(kTransB));
+      : "r"(a.lo), "r"(a.hi), "r"(b.lo), "r"(b.hi), "r"(accumulate ? 1 : 0), "n"(kTransB));
 }
 
 // d (64 x 32, f32, 16 registers per thread) = (accumulate ? d : 0) + A (64 x 16) * B (16 x 32), both K-major.
-__device__ __forceinline__ void wgmma_m64n32k16_ss(float (&d)[16], std::uint64_t a, std::uint64_t b, bool accumulate) {
+__device__ __forceinline__ void wgmma_m64n32k16_ss(float (&d)[16], GmmaDesc a, GmmaDesc b, bool accumulate) {
   asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+      "{\n.reg .pred p;\n.reg .b64 da, db;\nmov.b64 da, {%16, %17};\nmov.b64 db, {%18, %19};\n"
+      "setp.ne.b32 p, %20, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, 0, 0;\n}\n"
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, da, db, p, 1, 1, 0, 0;\n}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
         "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-      : "l"(a), "l"(b), "r"(accumulate ? 1 : 0));
+      : "r"(a.lo), "r"(a.hi), "r"(b.lo), "r"(b.hi), "r"(accumulate ? 1 : 0));
 }
 
 // As above with A from registers: this thread's mma.sync-style A fragment of its warp's 16 rows (a[0]: row
 // l / 4, cols 2 (l % 4), + 1; a[1]: row + 8; a[2], a[3]: cols + 8).
 template <int kTransB>
-__device__ __forceinline__ void wgmma_m64n64k16_rs(float (&d)[32], const std::uint32_t (&a)[4], std::uint64_t b,
+__device__ __forceinline__ void wgmma_m64n64k16_rs(float (&d)[32], const std::uint32_t (&a)[4], GmmaDesc b,
                                                    bool accumulate) {
   asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " KVC_WGMMA_D32 ", {%32, %33, %34, %35}, %36, p, 1, 1, "
-      "%38;\n}\n"
+      "{\n.reg .pred p;\n.reg .b64 db;\nmov.b64 db, {%36, %37};\nsetp.ne.b32 p, %38, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " KVC_WGMMA_D32 ", {%32, %33, %34, %35}, db, p, 1, 1, "
+      "%39;\n}\n"
       : KVC_WGMMA_D32_OPERANDS(d)
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate ? 1 : 0), "n"(kTransB));
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b.lo), "r"(b.hi), "r"(accumulate ? 1 : 0), "n"(kTransB));
 }
 
 #undef KVC_WGMMA_D32

@@ -71,7 +71,7 @@ __global__ void __launch_bounds__(128) wgmma_selftest_kernel(WgmmaSelftestArgs a
     wgmma_fence();
 #pragma unroll
     for (unsigned s = 0; s < kRows / 16; ++s) {
-      const std::uint64_t vb = sw128_descriptor(ks + nb * kRows * 128 + s * 16 * 128, a.mnmajor_leading, a.mnmajor_stride);
+      const GmmaDesc vb = sw128_descriptor(ks + nb * kRows * 128 + s * 16 * 128, a.mnmajor_leading, a.mnmajor_stride);
       if (a.p_in_registers) {
         const std::uint16_t* p0 = a.p + (16 * warp + g) * kRows + 16 * s + 2 * tig;
         const std::uint16_t* p1 = p0 + 8 * kRows;
