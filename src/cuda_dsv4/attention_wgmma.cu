@@ -6,10 +6,14 @@
 //   heads, K = 512 (32 m64n32k16) -> online softmax in registers (per-head maxima and sums exchanged between the
 //   two warpgroups through shared memory) -> P (fp16, 64 heads x 64 rows) to shared memory -> O += P V:
 //   warpgroup x takes dims [256 x, 256 x + 256) (16 m64n64k16, V = the tile read MN-major).
+// BF16 rows are copied by cp.async straight into their SW128 places of one of two tile buffers and widened to
+// fp16 in place (bf16 and fp16 are both 2 bytes), so P V of one tile runs on the tensor cores while the next
+// tile is widened. FP8 rows (584 bytes) are copied to a raw buffer (the second tile buffer) and decoded from
+// there into the first, one tile at a time.
 // Shared-memory reads per tile: Q twice (128 KB), the tile twice (S and PV: 128 KB), P twice (16 KB), against
-// ~800 KB for the mma.sync kernel, whose fragments are reloaded per warp.
-// STATUS: written without device time; unverified. tests/cuda_dsv4/wgmma_test.cpp checks the wgmma conventions
-// this relies on; the attention tests check this kernel (attention.cu launches it for 64-head blocks).
+// ~800 KB for the mma.sync kernel, whose fragments are reloaded per warp. tests/cuda_dsv4/wgmma_test.cpp checks
+// the wgmma conventions this relies on; the attention tests check this kernel (attention.cu launches it for
+// 64-head blocks).
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -28,14 +32,14 @@ constexpr unsigned kThreads = 256;                     // two warpgroups
 constexpr unsigned kRows = kAttnTileRows;              // 64
 constexpr unsigned kTileBytes = kRows * kHeadDim * 2;  // an SW128 matrix of 64 x 512 fp16: 64 KB
 constexpr unsigned kPBytes = kAttnBlockHeads * kRows * 2;
-constexpr unsigned kRawStride = 1024;
-constexpr unsigned kFp8Pieces = 73;
+constexpr unsigned kFp8RowBytes = 584;  // 56 pieces of 8 e4m3 codes, 16 pieces of 4 bf16, 8 scale bytes
+constexpr unsigned kFp8Pieces = kFp8RowBytes / 8;
+static_assert(kRows * kFp8RowBytes <= kTileBytes, "a raw FP8 tile fits in a tile buffer");
 
 struct WgSmem {
-  std::uint8_t q[kTileBytes];  // SW128, 1024-byte aligned (the struct is placed so)
-  std::uint8_t k[kTileBytes];
+  std::uint8_t q[kTileBytes];     // SW128, 1024-byte aligned (the struct is placed so)
+  std::uint8_t k[2][kTileBytes];  // BF16 rows: two tiles (alternating); FP8 rows: k[0] the tile, k[1] its raw bytes
   std::uint8_t p[kPBytes];
-  std::uint8_t raw[kRows * kRawStride];
   float part_max[2][kAttnBlockHeads];  // per warpgroup, over its 32 rows of the tile
   float part_sum[2][kAttnBlockHeads];
   const std::uint8_t* rows[2][kRows];
@@ -64,27 +68,62 @@ __device__ __forceinline__ std::uint32_t wg_bf16x2_to_half2(std::uint32_t v) {
   return pack_half2(bf16_bits_to_f32(v & 0xFFFFu), bf16_bits_to_f32(v >> 16));
 }
 
-// BF16 rows: thread t copies the 16-byte piece t % 64 of rows 4 j + t / 64 (j < 16); a missing row is zero-filled,
-// so the decode needs no test and the missing rows' values are zeros (their p is 0, and 0 times a stale inf
-// would be NaN in P V). FP8 rows: only the present rows are copied (the decode tests them).
-__device__ __forceinline__ void wg_stage_rows(std::uint8_t* raw, const std::uint8_t* const* rows, std::uint32_t storage,
-                                              const void* any_global) {
-  const unsigned tid = threadIdx.x;
-  if (storage == kRowBf16) {
-    const unsigned pc = tid % 64, r0 = tid / 64;
+// BF16 rows: thread t copies the 16-byte piece t % 64 (dims 8 (t % 64) ...) of rows 4 j + t / 64 (j < 16) straight
+// to its SW128 place in `tile`; a missing row is zero-filled, so the widening needs no test and the missing rows'
+// values are zeros (their p is 0, and 0 times a stale inf would be NaN in P V). Each thread later widens exactly
+// the pieces it copied.
+__device__ __forceinline__ void stage_bf16_rows(std::uint8_t* tile, const std::uint8_t* const* rows,
+                                                const void* any_global) {
+  const unsigned pc = threadIdx.x % 64, r0 = threadIdx.x / 64;
 #pragma unroll
-    for (unsigned j = 0; j < kRows * 64 / kThreads; ++j) {
-      const std::uint8_t* src = rows[4 * j + r0];
-      cp_async16_or_zero(raw + (4 * j + r0) * kRawStride + pc * 16, src != nullptr ? src + pc * 16 : any_global,
-                         src != nullptr ? 16u : 0u);
-    }
-  } else {
-    for (unsigned c = tid; c < kRows * kFp8Pieces; c += kThreads) {
-      const unsigned r = c / kFp8Pieces, pc = c % kFp8Pieces;
-      if (rows[r] != nullptr) cp_async8(raw + r * kRawStride + pc * 8, rows[r] + pc * 8);
-    }
+  for (unsigned j = 0; j < kRows * 64 / kThreads; ++j) {
+    const std::uint8_t* src = rows[4 * j + r0];
+    cp_async16_or_zero(tile + sw128_offset(4 * j + r0, pc * 8, kRows), src != nullptr ? src + pc * 16 : any_global,
+                       src != nullptr ? 16u : 0u);
   }
   cp_async_commit();
+}
+
+// Widens this thread's pieces of a BF16 tile (stage_bf16_rows) to fp16 in place: fixed offsets from two bases,
+// since row 4 j + r0 has r % 8 = r0 + 4 (j % 2) in the SW128 XOR.
+__device__ __forceinline__ void widen_bf16_tile(std::uint8_t* tile) {
+  const unsigned pc = threadIdx.x % 64, r0 = threadIdx.x / 64;
+  std::uint8_t* even = tile + sw128_offset(r0, pc * 8, kRows);
+  std::uint8_t* odd = tile + sw128_offset(r0 + 4, pc * 8, kRows) - 4 * 128;
+#pragma unroll
+  for (unsigned j = 0; j < kRows * 64 / kThreads; ++j) {
+    uint4* piece = reinterpret_cast<uint4*>((j % 2 == 0 ? even : odd) + 4 * j * 128);
+    const uint4 v = *piece;
+    *piece = make_uint4(wg_bf16x2_to_half2(v.x), wg_bf16x2_to_half2(v.y), wg_bf16x2_to_half2(v.z),
+                        wg_bf16x2_to_half2(v.w));
+  }
+}
+
+// FP8 rows: the present rows' bytes, contiguous at kFp8RowBytes per row (the decode tests presence).
+__device__ __forceinline__ void stage_fp8_rows(std::uint8_t* raw, const std::uint8_t* const* rows) {
+  for (unsigned c = threadIdx.x; c < kRows * kFp8Pieces; c += kThreads) {
+    const unsigned r = c / kFp8Pieces, pc = c % kFp8Pieces;
+    if (rows[r] != nullptr) cp_async8(raw + r * kFp8RowBytes + pc * 8, rows[r] + pc * 8);
+  }
+  cp_async_commit();
+}
+
+// Decodes a raw FP8 tile into the SW128 fp16 tile (zeros for missing rows).
+__device__ __forceinline__ void decode_fp8_tile(std::uint8_t* tile, const std::uint8_t* raw,
+                                                const std::uint8_t* const* rows) {
+  for (unsigned c = threadIdx.x; c < kRows * 72; c += kThreads) {
+    const unsigned r = c / 72, pc = c % 72;
+    const std::uint8_t* src = raw + r * kFp8RowBytes;
+    const bool present = rows[r] != nullptr;
+    const uint2 v = present ? *reinterpret_cast<const uint2*>(src + pc * 8) : make_uint2(0, 0);
+    if (pc < 56) {
+      const int e = present ? static_cast<int>(src[576 + pc / 8]) - 127 : 0;
+      *reinterpret_cast<uint4*>(tile + sw128_offset(r, pc * 8, kRows)) = e4m3x8_scaled_to_half8(v, e);
+    } else {
+      *reinterpret_cast<uint2*>(tile + sw128_offset(r, 448 + (pc - 56) * 4, kRows)) =
+          make_uint2(wg_bf16x2_to_half2(v.x), wg_bf16x2_to_half2(v.y));
+    }
+  }
 }
 
 __device__ __forceinline__ float quad_max(float v) {
@@ -98,6 +137,7 @@ __device__ __forceinline__ float quad_sum(float v) {
 
 // Thread t: warpgroup x = t / 128, warp w = (t / 32) % 4, lane l (g = l / 4, tig = l % 4). Its heads (the
 // accumulators' rows) are 16 w + g and 16 w + g + 8 in both warpgroups, so both hold the same softmax state.
+template <bool kBf16Rows>
 __global__ void __launch_bounds__(kThreads, 1) attention_split_wgmma_kernel(AttentionParams p) {
   extern __shared__ std::uint8_t smem_raw[];
   WgSmem& sm = *reinterpret_cast<WgSmem*>(
@@ -125,29 +165,32 @@ __global__ void __launch_bounds__(kThreads, 1) attention_split_wgmma_kernel(Atte
   };
   tile_rows(sm.rows[0], r_begin);
   __syncthreads();
-  wg_stage_rows(sm.raw, sm.rows[0], p.storage, p.q);
+  if constexpr (kBf16Rows) {
+    stage_bf16_rows(sm.k[0], sm.rows[0], p.q);
+  } else {
+    stage_fp8_rows(sm.k[1], sm.rows[0]);
+  }
 
   // The query, 64 heads x 512 floats, to SW128 fp16 (8-byte stores of 4 values): float4 j of this thread is dims
-  // c .. c + 3 (c = 4 (tid % 128)) of head 2 j + x, whose SW128 XOR term repeats every 4 j: four bases. All 32
-  // loads are issued before the first store.
+  // c .. c + 3 (c = 4 (tid % 128)) of head 2 j + x = 2 (j % 4) + x + 8 (j / 4), whose SW128 XOR term depends on
+  // j % 4 only. All 32 loads are issued before the first store.
   {
     const float* qsrc = p.q + (static_cast<std::uint64_t>(token) * p.heads + h0) * kHeadDim;
     constexpr unsigned kPer = kAttnBlockHeads * kHeadDim / 4 / kThreads;  // 32 float4 per thread
     const unsigned c = 4 * (tid % 128);
-    std::uint8_t* base[4];
-#pragma unroll
-    for (unsigned j = 0; j < 4; ++j) base[j] = sm.q + sw128_offset(2 * j + x, c, kAttnBlockHeads) - 2 * j * 128;
 #pragma unroll
     for (unsigned j = 0; j < kPer; ++j) {
       const float4 v = __ldg(reinterpret_cast<const float4*>(qsrc) + j * kThreads + tid);
-      *reinterpret_cast<uint2*>(base[j % 4] + 2 * j * 128) = make_uint2(pack_half2(v.x, v.y), pack_half2(v.z, v.w));
+      *reinterpret_cast<uint2*>(sm.q + sw128_offset(2 * (j % 4) + x, c, kAttnBlockHeads) + (j / 4) * 8 * 128) =
+          make_uint2(pack_half2(v.x, v.y), pack_half2(v.z, v.w));
     }
   }
   // Matrix descriptors: Q, this warpgroup's 32 rows of the tile (S), P, and its 256 dims of the tile (P V).
   const GmmaDesc desc_q = sw128_descriptor(sm.q, 16, 1024);
-  const GmmaDesc desc_k = sw128_descriptor(sm.k + 32 * x * 128, 16, 1024);
+  // (Buffer k[1] is kTileBytes after k[0]: its descriptors are at(kTileBytes + ...) of these.)
+  const GmmaDesc desc_k = sw128_descriptor(sm.k[0] + 32 * x * 128, 16, 1024);
   const GmmaDesc desc_p = sw128_descriptor(sm.p, 16, 1024);
-  const GmmaDesc desc_v = sw128_descriptor(sm.k + 4 * x * (kRows * 128), 8192, 1024);
+  const GmmaDesc desc_v = sw128_descriptor(sm.k[0] + 4 * x * (kRows * 128), 8192, 1024);
   float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.0f, l_b = 0.0f;  // running max (log2 units) and sum
   float o[4][32];  // dims 256 x + 64 nb + ..., the m64n64 accumulator layout
 #pragma unroll
@@ -156,46 +199,33 @@ __global__ void __launch_bounds__(kThreads, 1) attention_split_wgmma_kernel(Atte
     for (int i = 0; i < 32; ++i) o[nb][i] = 0.0f;
   }
 
+  // Tile t uses rows[t % 2] and, for BF16 rows, tile buffer t % 2. BF16 rows: while P V of tile t runs on the
+  // tensor cores, each thread widens its own pieces of tile t + 1 (no barrier needed for those: it copied them).
+  if constexpr (kBf16Rows) {
+    cp_async_wait<0>();
+    widen_bf16_tile(sm.k[0]);
+  }
   for (std::uint32_t t0 = r_begin, cur = 0; t0 < r_end; t0 += kRows, cur ^= 1u) {
     const std::uint32_t rows_here = min(kRows, r_end - t0);
     const bool has_next = t0 + kRows < r_end;
     const std::uint8_t* const* rows = sm.rows[cur];
+    const unsigned kb = kBf16Rows ? cur : 0u;  // this tile's buffer
     if (has_next) tile_rows(sm.rows[cur ^ 1u], t0 + kRows);
-    cp_async_wait<0>();
-    __syncthreads();  // raw tile, query, next rows visible; the previous tile's MMAs are done (waited below)
-    // ---- decode to the SW128 tile (zeros for missing rows).
-    if (p.storage == kRowBf16) {
-      // The pieces this thread staged (rows 4 j + r0, piece pc; missing rows are zeros): fixed offsets from two
-      // bases, since row 4 j + r0 has r % 8 = r0 + 4 (j % 2) in the SW128 XOR.
-      const unsigned pc = tid % 64, r0 = tid / 64;
-      const std::uint8_t* src = sm.raw + r0 * kRawStride + pc * 16;
-      std::uint8_t* dst_even = sm.k + sw128_offset(r0, pc * 8, kRows);
-      std::uint8_t* dst_odd = sm.k + sw128_offset(r0 + 4, pc * 8, kRows) - 4 * 128;
-#pragma unroll
-      for (unsigned j = 0; j < kRows * 64 / kThreads; ++j) {
-        const uint4 v = *reinterpret_cast<const uint4*>(src + 4 * j * kRawStride);
-        *reinterpret_cast<uint4*>((j % 2 == 0 ? dst_even : dst_odd) + 4 * j * 128) =
-            make_uint4(wg_bf16x2_to_half2(v.x), wg_bf16x2_to_half2(v.y), wg_bf16x2_to_half2(v.z),
-                       wg_bf16x2_to_half2(v.w));
-      }
-    } else {
-      for (unsigned c = tid; c < kRows * 72; c += kThreads) {
-        const unsigned r = c / 72, pc = c % 72;
-        const std::uint8_t* src = sm.raw + r * kRawStride;
-        const bool present = rows[r] != nullptr;
-        const uint2 v = present ? *reinterpret_cast<const uint2*>(src + pc * 8) : make_uint2(0, 0);
-        if (pc < 56) {
-          const int e = present ? static_cast<int>(src[576 + pc / 8]) - 127 : 0;
-          *reinterpret_cast<uint4*>(sm.k + sw128_offset(r, pc * 8, kRows)) = e4m3x8_scaled_to_half8(v, e);
-        } else {
-          *reinterpret_cast<uint2*>(sm.k + sw128_offset(r, 448 + (pc - 56) * 4, kRows)) =
-              make_uint2(wg_bf16x2_to_half2(v.x), wg_bf16x2_to_half2(v.y));
-        }
-      }
+    if constexpr (!kBf16Rows) {
+      cp_async_wait<0>();
+      __syncthreads();  // the raw tile and the query are in
+      decode_fp8_tile(sm.k[0], sm.k[1], rows);
     }
     fence_shared_for_async();
-    __syncthreads();  // the tile is decoded; every read of the raw tile is done
-    if (has_next) wg_stage_rows(sm.raw, sm.rows[cur ^ 1u], p.storage, p.q);
+    __syncthreads();  // the tile is fp16 (and the query); the next tile's row pointers are visible; the previous
+                      // tile's P V is done (waited below), so its buffer, P and the raw buffer are free
+    if (has_next) {
+      if constexpr (kBf16Rows) {
+        stage_bf16_rows(sm.k[kb ^ 1u], sm.rows[cur ^ 1u], p.q);
+      } else {
+        stage_fp8_rows(sm.k[1], sm.rows[cur ^ 1u]);
+      }
+    }
 
     // ---- S = Q K^T for rows [32 x, 32 x + 32): k-step s = columns 16 s .. 16 s + 15.
     float s[16];
@@ -203,7 +233,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_split_wgmma_kernel(Atte
 #pragma unroll
     for (unsigned ks = 0; ks < kHeadDim / 16; ++ks) {
       const unsigned col = (ks / 4) * (kRows * 128) + (ks % 4) * 32;
-      wgmma_m64n32k16_ss(s, desc_q.at(col), desc_k.at(col), ks > 0);
+      wgmma_m64n32k16_ss(s, desc_q.at(col), desc_k.at(kb * kTileBytes + col), ks > 0);
     }
     wgmma_commit();
     wgmma_wait<0>();
@@ -279,13 +309,20 @@ __global__ void __launch_bounds__(kThreads, 1) attention_split_wgmma_kernel(Atte
     for (unsigned nb = 0; nb < 4; ++nb) {
 #pragma unroll
       for (unsigned ks = 0; ks < kRows / 16; ++ks) {
-        wgmma_m64n64k16_ss<1>(o[nb], desc_p.at(ks * 32), desc_v.at(nb * (kRows * 128) + ks * 16 * 128), true);
+        wgmma_m64n64k16_ss<1>(o[nb], desc_p.at(ks * 32),
+                              desc_v.at(kb * kTileBytes + nb * (kRows * 128) + ks * 16 * 128), true);
       }
     }
     wgmma_commit();
+    if constexpr (kBf16Rows) {
+      if (has_next) {
+        cp_async_wait<0>();
+        widen_bf16_tile(sm.k[kb ^ 1u]);
+      }
+    }
     wgmma_wait<0>();
-    // (The next iteration's first barrier orders these reads of P and the tile before they are rewritten; the
-    // partial maxima / sums are rewritten only after the next tile's decode barrier.)
+    // (The next iteration's barrier orders these reads of P and the tile before they are rewritten; the partial
+    // maxima / sums are rewritten only after it.)
   }
   // ---- partials: unnormalised O, running max (log2 units) and sum per head.
 #pragma unroll
@@ -309,13 +346,20 @@ __global__ void __launch_bounds__(kThreads, 1) attention_split_wgmma_kernel(Atte
 }  // namespace
 
 cudaError_t prepare_attention_wgmma() {
-  return cudaFuncSetAttribute(attention_split_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  const cudaError_t e = cudaFuncSetAttribute(attention_split_wgmma_kernel<true>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmemBytes));
+  if (e != cudaSuccess) return e;
+  return cudaFuncSetAttribute(attention_split_wgmma_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                               static_cast<int>(kSmemBytes));
 }
 
 cudaError_t launch_attention_split_wgmma(const AttentionParams& p, cudaStream_t stream) {
   const dim3 grid(p.splits, p.count, p.heads / kAttnBlockHeads);
-  attention_split_wgmma_kernel<<<grid, kThreads, kSmemBytes, stream>>>(p);
+  if (p.storage == kRowBf16) {
+    attention_split_wgmma_kernel<true><<<grid, kThreads, kSmemBytes, stream>>>(p);
+  } else {
+    attention_split_wgmma_kernel<false><<<grid, kThreads, kSmemBytes, stream>>>(p);
+  }
   return cudaGetLastError();
 }
 
