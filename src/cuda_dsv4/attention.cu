@@ -433,14 +433,21 @@ __global__ void __launch_bounds__(kMergeMaxGroups * 128) attention_merge_kernel(
 }  // namespace
 
 cudaError_t prepare_attention() {
-  return cudaFuncSetAttribute(attention_split_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                              static_cast<int>(sizeof(AttnSmem)));
+  const cudaError_t e = cudaFuncSetAttribute(attention_split_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             static_cast<int>(sizeof(AttnSmem)));
+  return e != cudaSuccess ? e : prepare_attention_wgmma();
 }
 
 cudaError_t launch_attention(const AttentionParams& p, cudaStream_t stream) {
   if (p.count == 0) return cudaSuccess;
   const dim3 grid(p.splits, p.count, (p.heads + p.block_heads - 1) / p.block_heads);
-  attention_split_kernel<<<grid, kAttnThreads, sizeof(AttnSmem), stream>>>(p);
+  // Full 64-head blocks take the warpgroup-MMA kernel (attention_wgmma.cu; WIP, unverified).
+  if (p.block_heads == kAttnBlockHeads && p.heads % kAttnBlockHeads == 0) {
+    const cudaError_t w = launch_attention_split_wgmma(p, stream);
+    if (w != cudaSuccess) return w;
+  } else {
+    attention_split_kernel<<<grid, kAttnThreads, sizeof(AttnSmem), stream>>>(p);
+  }
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return e;
   // (More groups only pay when there are many splits: a prefill chunk's 4096 x 64 merges of one or two splits

@@ -114,6 +114,9 @@ struct AttentionParams {
 };
 cudaError_t prepare_attention();
 cudaError_t launch_attention(const AttentionParams& p, cudaStream_t stream);
+// The split kernel on warpgroup MMAs for 64-head blocks (attention_wgmma.cu; WIP, unverified).
+cudaError_t prepare_attention_wgmma();
+cudaError_t launch_attention_split_wgmma(const AttentionParams& p, cudaStream_t stream);
 
 // ---- FP8 row decode self-test (tests/cuda_dsv4/fp8_decode_test.cpp) -----------------------------------
 // The attention kernel's FP8 decode (e4m3x8_scaled_to_half8) against the scalar formula it replaced, for all
@@ -126,5 +129,20 @@ struct Fp8DecodeSelftest {
 };
 // out: device memory; the launch resets it.
 cudaError_t launch_fp8_decode_selftest(Fp8DecodeSelftest* out, cudaStream_t stream);
+
+// ---- wgmma self-test (tests/cuda_dsv4/wgmma_test.cpp; unverified on a GPU) ------------------------------------
+// One warpgroup: s = q k^T (q, k: [64][128] fp16, row-major), o = p v (p: [64][64], v = k as [64 rows][128]),
+// from SW128 shared-memory tiles with the given descriptor byte offsets (wgmma.cuh).
+struct WgmmaSelftestArgs {
+  const std::uint16_t* q;  // fp16 bit patterns
+  const std::uint16_t* k;
+  const std::uint16_t* p;
+  float* s;  // [64][64]
+  float* o;  // [64][128]
+  std::uint32_t kmajor_leading, kmajor_stride;    // Q, K and P descriptors
+  std::uint32_t mnmajor_leading, mnmajor_stride;  // V descriptors
+  std::uint32_t p_in_registers;                   // 1: P as register fragments (wgmma A from registers)
+};
+cudaError_t launch_wgmma_selftest(const WgmmaSelftestArgs& a, cudaStream_t stream);
 
 }  // namespace kvcompact::cuda::dsv4::detail

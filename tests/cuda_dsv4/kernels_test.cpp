@@ -668,7 +668,8 @@ TEST(CudaDsv4KernelsSmall, AttentionTiny) {
 // sanitizers too.
 TEST(CudaDsv4KernelsSmall, AttentionManySplits) {
   SKIP_WITHOUT_GPU();
-  // The cases must reach that path: at least 64 splits of 64 heads x 512 floats per token.
+  // The cases must reach that path: at least 64 splits of 64 heads x 512 floats per token (64-head blocks, so the
+  // warpgroup-MMA split kernel).
   EXPECT_GE(attention_workspace_bytes(1, 64, 8320), std::uint64_t{64} * 64 * 512 * 4);
   EXPECT_GE(attention_workspace_bytes(2, 64, 8320), std::uint64_t{2} * 64 * 64 * 512 * 4);
   AttnCase c;
@@ -677,6 +678,10 @@ TEST(CudaDsv4KernelsSmall, AttentionManySplits) {
   c.positions = {1048575};
   run_attention_case(c);
   c.positions = {300000, 1048575};
+  run_attention_case(c);
+  // FP8 rows in 64-head blocks (the warpgroup-MMA kernel's FP8 variant), so the sanitizers see it too.
+  c.name = "many-splits-fp8";
+  c.storage = kd::RowStorage::Fp8;
   run_attention_case(c);
 }
 

@@ -1,0 +1,366 @@
+// DeepSeek-V4 sparse attention, split kernel on warpgroup MMAs (wgmma, sm_90a) for blocks of 64 heads: the same
+// contract as attention_split_kernel (attention.cu: one token, one split of its row list, partial O / m / l for
+// the merge kernel), with the query and each decoded row tile held once in shared memory in the SW128 layout
+// (wgmma.cuh) and read by the tensor cores directly. Per 64-row tile:
+//   decode rows to fp16 (all threads) -> S = Q K^T: warpgroup x takes rows [32 x, 32 x + 32) of the tile, all 64
+//   heads, K = 512 (32 m64n32k16) -> online softmax in registers (per-head maxima and sums exchanged between the
+//   two warpgroups through shared memory) -> P (fp16, 64 heads x 64 rows) to shared memory -> O += P V:
+//   warpgroup x takes dims [256 x, 256 x + 256) (16 m64n64k16, V = the tile read MN-major).
+// BF16 rows are copied by cp.async straight into their SW128 places of one of two tile buffers and widened to
+// fp16 in place (bf16 and fp16 are both 2 bytes), so P V of one tile runs on the tensor cores while the next
+// tile is widened. FP8 rows (584 bytes) are copied to a raw buffer (the second tile buffer) and decoded from
+// there into the first, one tile at a time.
+// Shared-memory reads per tile: Q twice (128 KB), the tile twice (S and PV: 128 KB), P twice (16 KB), against
+// ~800 KB for the mma.sync kernel, whose fragments are reloaded per warp. tests/cuda_dsv4/wgmma_test.cpp checks
+// the wgmma conventions this relies on; the attention tests check this kernel (attention.cu launches it for
+// 64-head blocks).
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "kernels_device.cuh"
+#include "kernels_params.hpp"
+#include "wgmma.cuh"
+
+namespace kvcompact::cuda::dsv4::detail {
+
+namespace {
+
+constexpr unsigned kThreads = 256;                     // two warpgroups
+constexpr unsigned kRows = kAttnTileRows;              // 64
+constexpr unsigned kTileBytes = kRows * kHeadDim * 2;  // an SW128 matrix of 64 x 512 fp16: 64 KB
+constexpr unsigned kPBytes = kAttnBlockHeads * kRows * 2;
+constexpr unsigned kFp8RowBytes = 584;  // 56 pieces of 8 e4m3 codes, 16 pieces of 4 bf16, 8 scale bytes
+constexpr unsigned kFp8Pieces = kFp8RowBytes / 8;
+static_assert(kRows * kFp8RowBytes <= kTileBytes, "a raw FP8 tile fits in a tile buffer");
+
+struct WgSmem {
+  std::uint8_t q[kTileBytes];     // SW128, 1024-byte aligned (the struct is placed so)
+  std::uint8_t k[2][kTileBytes];  // BF16 rows: two tiles (alternating); FP8 rows: k[0] the tile, k[1] its raw bytes
+  std::uint8_t p[kPBytes];
+  float part_max[2][kAttnBlockHeads];  // per warpgroup, over its 32 rows of the tile
+  float part_sum[2][kAttnBlockHeads];
+  const std::uint8_t* rows[2][kRows];
+};
+constexpr unsigned kSmemBytes = sizeof(WgSmem) + 1024;  // + alignment slack
+static_assert(kSmemBytes <= 227 * 1024, "one block per multiprocessor");
+
+__device__ __forceinline__ const std::uint8_t* wg_row_pointer(const AttentionParams& p, const TokenRowsDev& d,
+                                                              std::uint32_t token, std::uint32_t j, std::uint32_t nw) {
+  if (j < nw) {
+    const std::int64_t pos = d.position - static_cast<std::int64_t>(nw) + 1 + j;
+    if (d.chunk_rows != nullptr && pos >= d.chunk_start) {
+      return d.chunk_rows + static_cast<std::uint64_t>(pos - d.chunk_start) * p.row_bytes;
+    }
+    return d.window_ring + static_cast<std::uint64_t>(pos % d.ring_capacity) * p.row_bytes;
+  }
+  const std::uint32_t c = j - nw;
+  if (p.ratio == 4) {
+    const std::int32_t idx = p.indices[static_cast<std::uint64_t>(token) * p.index_stride + c];
+    return idx >= 0 ? d.compressed_rows + static_cast<std::uint64_t>(idx) * p.row_bytes : nullptr;
+  }
+  return d.compressed_rows + static_cast<std::uint64_t>(c) * p.row_bytes;
+}
+
+__device__ __forceinline__ std::uint32_t wg_bf16x2_to_half2(std::uint32_t v) {
+  return pack_half2(bf16_bits_to_f32(v & 0xFFFFu), bf16_bits_to_f32(v >> 16));
+}
+
+// BF16 rows: thread t copies the 16-byte piece t % 64 (dims 8 (t % 64) ...) of rows 4 j + t / 64 (j < 16) straight
+// to its SW128 place in `tile`; a missing row is zero-filled, so the widening needs no test and the missing rows'
+// values are zeros (their p is 0, and 0 times a stale inf would be NaN in P V). Each thread later widens exactly
+// the pieces it copied.
+__device__ __forceinline__ void stage_bf16_rows(std::uint8_t* tile, const std::uint8_t* const* rows,
+                                                const void* any_global) {
+  const unsigned pc = threadIdx.x % 64, r0 = threadIdx.x / 64;
+#pragma unroll
+  for (unsigned j = 0; j < kRows * 64 / kThreads; ++j) {
+    const std::uint8_t* src = rows[4 * j + r0];
+    cp_async16_or_zero(tile + sw128_offset(4 * j + r0, pc * 8, kRows), src != nullptr ? src + pc * 16 : any_global,
+                       src != nullptr ? 16u : 0u);
+  }
+  cp_async_commit();
+}
+
+// Widens this thread's pieces of a BF16 tile (stage_bf16_rows) to fp16 in place: fixed offsets from two bases,
+// since row 4 j + r0 has r % 8 = r0 + 4 (j % 2) in the SW128 XOR.
+__device__ __forceinline__ void widen_bf16_tile(std::uint8_t* tile) {
+  const unsigned pc = threadIdx.x % 64, r0 = threadIdx.x / 64;
+  std::uint8_t* even = tile + sw128_offset(r0, pc * 8, kRows);
+  std::uint8_t* odd = tile + sw128_offset(r0 + 4, pc * 8, kRows) - 4 * 128;
+#pragma unroll
+  for (unsigned j = 0; j < kRows * 64 / kThreads; ++j) {
+    uint4* piece = reinterpret_cast<uint4*>((j % 2 == 0 ? even : odd) + 4 * j * 128);
+    const uint4 v = *piece;
+    *piece = make_uint4(wg_bf16x2_to_half2(v.x), wg_bf16x2_to_half2(v.y), wg_bf16x2_to_half2(v.z),
+                        wg_bf16x2_to_half2(v.w));
+  }
+}
+
+// FP8 rows: the present rows' bytes, contiguous at kFp8RowBytes per row (the decode tests presence).
+__device__ __forceinline__ void stage_fp8_rows(std::uint8_t* raw, const std::uint8_t* const* rows) {
+  for (unsigned c = threadIdx.x; c < kRows * kFp8Pieces; c += kThreads) {
+    const unsigned r = c / kFp8Pieces, pc = c % kFp8Pieces;
+    if (rows[r] != nullptr) cp_async8(raw + r * kFp8RowBytes + pc * 8, rows[r] + pc * 8);
+  }
+  cp_async_commit();
+}
+
+// Decodes a raw FP8 tile into the SW128 fp16 tile (zeros for missing rows).
+__device__ __forceinline__ void decode_fp8_tile(std::uint8_t* tile, const std::uint8_t* raw,
+                                                const std::uint8_t* const* rows) {
+  for (unsigned c = threadIdx.x; c < kRows * 72; c += kThreads) {
+    const unsigned r = c / 72, pc = c % 72;
+    const std::uint8_t* src = raw + r * kFp8RowBytes;
+    const bool present = rows[r] != nullptr;
+    const uint2 v = present ? *reinterpret_cast<const uint2*>(src + pc * 8) : make_uint2(0, 0);
+    if (pc < 56) {
+      const int e = present ? static_cast<int>(src[576 + pc / 8]) - 127 : 0;
+      *reinterpret_cast<uint4*>(tile + sw128_offset(r, pc * 8, kRows)) = e4m3x8_scaled_to_half8(v, e);
+    } else {
+      *reinterpret_cast<uint2*>(tile + sw128_offset(r, 448 + (pc - 56) * 4, kRows)) =
+          make_uint2(wg_bf16x2_to_half2(v.x), wg_bf16x2_to_half2(v.y));
+    }
+  }
+}
+
+__device__ __forceinline__ float quad_max(float v) {
+  v = fmaxf(v, __shfl_xor_sync(0xFFFFFFFFu, v, 1));
+  return fmaxf(v, __shfl_xor_sync(0xFFFFFFFFu, v, 2));
+}
+__device__ __forceinline__ float quad_sum(float v) {
+  v += __shfl_xor_sync(0xFFFFFFFFu, v, 1);
+  return v + __shfl_xor_sync(0xFFFFFFFFu, v, 2);
+}
+
+// Thread t: warpgroup x = t / 128, warp w = (t / 32) % 4, lane l (g = l / 4, tig = l % 4). Its heads (the
+// accumulators' rows) are 16 w + g and 16 w + g + 8 in both warpgroups, so both hold the same softmax state.
+template <bool kBf16Rows>
+__global__ void __launch_bounds__(kThreads, 1) attention_split_wgmma_kernel(AttentionParams p) {
+  extern __shared__ std::uint8_t smem_raw[];
+  WgSmem& sm = *reinterpret_cast<WgSmem*>(
+      smem_raw + ((1024u - (static_cast<unsigned>(__cvta_generic_to_shared(smem_raw)) & 1023u)) & 1023u));
+  const std::uint32_t split = blockIdx.x, token = blockIdx.y, h0 = blockIdx.z * kAttnBlockHeads;
+  const unsigned tid = threadIdx.x, x = tid / 128, w = (tid / 32) % 4, lane = tid % 32, g = lane / 4, tig = lane % 4;
+  const unsigned ha = 16 * w + g, hb = ha + 8;  // this thread's two heads (block-relative)
+  const TokenRowsDev d = p.tokens[token];
+  const std::uint32_t nw = window_count(d.position);
+  const std::uint32_t n = nw + compressed_count(d.position, p.ratio, p.index_topk);
+  const std::uint32_t r_begin = split * p.split_rows;
+  auto part_of = [&](std::uint32_t h) {
+    return (static_cast<std::uint64_t>(token) * p.heads + h0 + h) * p.splits + split;
+  };
+  if (r_begin >= n) {
+    if (tid < kAttnBlockHeads) {
+      p.part_ml[part_of(tid) * 2] = -INFINITY;
+      p.part_ml[part_of(tid) * 2 + 1] = 0.0f;
+    }
+    return;
+  }
+  const std::uint32_t r_end = min(n, r_begin + p.split_rows);
+  auto tile_rows = [&](const std::uint8_t** rows, std::uint32_t t0) {
+    if (tid < kRows) rows[tid] = t0 + tid < r_end ? wg_row_pointer(p, d, token, t0 + tid, nw) : nullptr;
+  };
+  tile_rows(sm.rows[0], r_begin);
+  __syncthreads();
+  if constexpr (kBf16Rows) {
+    stage_bf16_rows(sm.k[0], sm.rows[0], p.q);
+  } else {
+    stage_fp8_rows(sm.k[1], sm.rows[0]);
+  }
+
+  // The query, 64 heads x 512 floats, to SW128 fp16 (8-byte stores of 4 values): float4 j of this thread is dims
+  // c .. c + 3 (c = 4 (tid % 128)) of head 2 j + x = 2 (j % 4) + x + 8 (j / 4), whose SW128 XOR term depends on
+  // j % 4 only. All 32 loads are issued before the first store.
+  {
+    const float* qsrc = p.q + (static_cast<std::uint64_t>(token) * p.heads + h0) * kHeadDim;
+    constexpr unsigned kPer = kAttnBlockHeads * kHeadDim / 4 / kThreads;  // 32 float4 per thread
+    const unsigned c = 4 * (tid % 128);
+#pragma unroll
+    for (unsigned j = 0; j < kPer; ++j) {
+      const float4 v = __ldg(reinterpret_cast<const float4*>(qsrc) + j * kThreads + tid);
+      *reinterpret_cast<uint2*>(sm.q + sw128_offset(2 * (j % 4) + x, c, kAttnBlockHeads) + (j / 4) * 8 * 128) =
+          make_uint2(pack_half2(v.x, v.y), pack_half2(v.z, v.w));
+    }
+  }
+  // Matrix descriptors: Q, this warpgroup's 32 rows of the tile (S), P, and its 256 dims of the tile (P V).
+  const GmmaDesc desc_q = sw128_descriptor(sm.q, 16, 1024);
+  // (Buffer k[1] is kTileBytes after k[0]: its descriptors are at(kTileBytes + ...) of these.)
+  const GmmaDesc desc_k = sw128_descriptor(sm.k[0] + 32 * x * 128, 16, 1024);
+  const GmmaDesc desc_p = sw128_descriptor(sm.p, 16, 1024);
+  const GmmaDesc desc_v = sw128_descriptor(sm.k[0] + 4 * x * (kRows * 128), 8192, 1024);
+  float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.0f, l_b = 0.0f;  // running max (log2 units) and sum
+  float o[4][32];  // dims 256 x + 64 nb + ..., the m64n64 accumulator layout
+#pragma unroll
+  for (int nb = 0; nb < 4; ++nb) {
+#pragma unroll
+    for (int i = 0; i < 32; ++i) o[nb][i] = 0.0f;
+  }
+
+  // Tile t uses rows[t % 2] and, for BF16 rows, tile buffer t % 2. BF16 rows: while P V of tile t runs on the
+  // tensor cores, each thread widens its own pieces of tile t + 1 (no barrier needed for those: it copied them).
+  if constexpr (kBf16Rows) {
+    cp_async_wait<0>();
+    widen_bf16_tile(sm.k[0]);
+  }
+  for (std::uint32_t t0 = r_begin, cur = 0; t0 < r_end; t0 += kRows, cur ^= 1u) {
+    const std::uint32_t rows_here = min(kRows, r_end - t0);
+    const bool has_next = t0 + kRows < r_end;
+    const std::uint8_t* const* rows = sm.rows[cur];
+    const unsigned kb = kBf16Rows ? cur : 0u;  // this tile's buffer
+    if (has_next) tile_rows(sm.rows[cur ^ 1u], t0 + kRows);
+    if constexpr (!kBf16Rows) {
+      cp_async_wait<0>();
+      __syncthreads();  // the raw tile and the query are in
+      decode_fp8_tile(sm.k[0], sm.k[1], rows);
+    }
+    fence_shared_for_async();
+    __syncthreads();  // the tile is fp16 (and the query); the next tile's row pointers are visible; the previous
+                      // tile's P V is done (waited below), so its buffer, P and the raw buffer are free
+    if (has_next) {
+      if constexpr (kBf16Rows) {
+        stage_bf16_rows(sm.k[kb ^ 1u], sm.rows[cur ^ 1u], p.q);
+      } else {
+        stage_fp8_rows(sm.k[1], sm.rows[cur ^ 1u]);
+      }
+    }
+
+    // ---- S = Q K^T for rows [32 x, 32 x + 32): k-step s = columns 16 s .. 16 s + 15.
+    float s[16];
+    wgmma_fence();
+#pragma unroll
+    for (unsigned ks = 0; ks < kHeadDim / 16; ++ks) {
+      const unsigned col = (ks / 4) * (kRows * 128) + (ks % 4) * 32;
+      wgmma_m64n32k16_ss(s, desc_q.at(col), desc_k.at(kb * kTileBytes + col), ks > 0);
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    // ---- online softmax. Columns 8 i + 2 tig (+1) of this warpgroup's 32 rows: tile rows 32 x + ...
+    float mx_a = -INFINITY, mx_b = -INFINITY;
+#pragma unroll
+    for (unsigned i = 0; i < 4; ++i) {
+#pragma unroll
+      for (unsigned j = 0; j < 2; ++j) {
+        const unsigned r = 32 * x + 8 * i + 2 * tig + j;
+        const bool valid = r < rows_here && rows[r] != nullptr;
+        s[4 * i + j] = valid ? s[4 * i + j] * p.scale_log2 : -INFINITY;
+        s[4 * i + 2 + j] = valid ? s[4 * i + 2 + j] * p.scale_log2 : -INFINITY;
+        mx_a = fmaxf(mx_a, s[4 * i + j]);
+        mx_b = fmaxf(mx_b, s[4 * i + 2 + j]);
+      }
+    }
+    mx_a = quad_max(mx_a);
+    mx_b = quad_max(mx_b);
+    if (tig == 0) {
+      sm.part_max[x][ha] = mx_a;
+      sm.part_max[x][hb] = mx_b;
+    }
+    __syncthreads();
+    const float mn_a = fmaxf(m_a, fmaxf(sm.part_max[0][ha], sm.part_max[1][ha]));
+    const float mn_b = fmaxf(m_b, fmaxf(sm.part_max[0][hb], sm.part_max[1][hb]));
+    const float al_a = mn_a == -INFINITY ? 1.0f : exp2f(m_a - mn_a);
+    const float al_b = mn_b == -INFINITY ? 1.0f : exp2f(m_b - mn_b);
+    float sum_a = 0.0f, sum_b = 0.0f;
+#pragma unroll
+    for (unsigned i = 0; i < 4; ++i) {
+      const unsigned r = 32 * x + 8 * i + 2 * tig;
+      const float p0 = mn_a == -INFINITY ? 0.0f : exp2f(s[4 * i] - mn_a);
+      const float p1 = mn_a == -INFINITY ? 0.0f : exp2f(s[4 * i + 1] - mn_a);
+      const float p2 = mn_b == -INFINITY ? 0.0f : exp2f(s[4 * i + 2] - mn_b);
+      const float p3 = mn_b == -INFINITY ? 0.0f : exp2f(s[4 * i + 3] - mn_b);
+      const __half2 xa = __floats2half2_rn(p0, p1), xb = __floats2half2_rn(p2, p3);
+      *reinterpret_cast<__half2*>(sm.p + sw128_offset(ha, r, kAttnBlockHeads)) = xa;
+      *reinterpret_cast<__half2*>(sm.p + sw128_offset(hb, r, kAttnBlockHeads)) = xb;
+      const float2 fa = __half22float2(xa), fb = __half22float2(xb);
+      sum_a += fa.x + fa.y;
+      sum_b += fb.x + fb.y;
+    }
+    sum_a = quad_sum(sum_a);
+    sum_b = quad_sum(sum_b);
+    if (tig == 0) {
+      sm.part_sum[x][ha] = sum_a;
+      sm.part_sum[x][hb] = sum_b;
+    }
+    // O *= alpha (register accumulators; the fence below orders these writes before the next wgmma), skipped
+    // by a warp whose maxima all stayed (alpha = 1 exactly: the product would not change a bit).
+    if (__any_sync(0xFFFFFFFFu, al_a != 1.0f || al_b != 1.0f)) {
+#pragma unroll
+      for (int nb = 0; nb < 4; ++nb) {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          o[nb][4 * i] *= al_a;
+          o[nb][4 * i + 1] *= al_a;
+          o[nb][4 * i + 2] *= al_b;
+          o[nb][4 * i + 3] *= al_b;
+        }
+      }
+    }
+    fence_shared_for_async();
+    __syncthreads();  // P and both warpgroups' sums are in; every read of part_max is done
+    l_a = l_a * al_a + sm.part_sum[0][ha] + sm.part_sum[1][ha];
+    l_b = l_b * al_b + sm.part_sum[0][hb] + sm.part_sum[1][hb];
+    m_a = mn_a;
+    m_b = mn_b;
+    // ---- O += P V for dims [256 x, 256 x + 256): V = the tile as rows = K, k-step s = tile rows 16 s .. 16 s + 15.
+    wgmma_fence();
+#pragma unroll
+    for (unsigned nb = 0; nb < 4; ++nb) {
+#pragma unroll
+      for (unsigned ks = 0; ks < kRows / 16; ++ks) {
+        wgmma_m64n64k16_ss<1>(o[nb], desc_p.at(ks * 32),
+                              desc_v.at(kb * kTileBytes + nb * (kRows * 128) + ks * 16 * 128), true);
+      }
+    }
+    wgmma_commit();
+    if constexpr (kBf16Rows) {
+      if (has_next) {
+        cp_async_wait<0>();
+        widen_bf16_tile(sm.k[kb ^ 1u]);
+      }
+    }
+    wgmma_wait<0>();
+    // (The next iteration's barrier orders these reads of P and the tile before they are rewritten; the partial
+    // maxima / sums are rewritten only after it.)
+  }
+  // ---- partials: unnormalised O, running max (log2 units) and sum per head.
+#pragma unroll
+  for (unsigned nb = 0; nb < 4; ++nb) {
+#pragma unroll
+    for (unsigned i = 0; i < 8; ++i) {
+      const unsigned dim = 256 * x + 64 * nb + 8 * i + 2 * tig;
+      *reinterpret_cast<float2*>(p.part_o + part_of(ha) * kHeadDim + dim) = make_float2(o[nb][4 * i], o[nb][4 * i + 1]);
+      *reinterpret_cast<float2*>(p.part_o + part_of(hb) * kHeadDim + dim) =
+          make_float2(o[nb][4 * i + 2], o[nb][4 * i + 3]);
+    }
+  }
+  if (x == 0 && tig == 0) {
+    p.part_ml[part_of(ha) * 2] = m_a;
+    p.part_ml[part_of(ha) * 2 + 1] = l_a;
+    p.part_ml[part_of(hb) * 2] = m_b;
+    p.part_ml[part_of(hb) * 2 + 1] = l_b;
+  }
+}
+
+}  // namespace
+
+cudaError_t prepare_attention_wgmma() {
+  const cudaError_t e = cudaFuncSetAttribute(attention_split_wgmma_kernel<true>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmemBytes));
+  if (e != cudaSuccess) return e;
+  return cudaFuncSetAttribute(attention_split_wgmma_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                              static_cast<int>(kSmemBytes));
+}
+
+cudaError_t launch_attention_split_wgmma(const AttentionParams& p, cudaStream_t stream) {
+  const dim3 grid(p.splits, p.count, p.heads / kAttnBlockHeads);
+  if (p.storage == kRowBf16) {
+    attention_split_wgmma_kernel<true><<<grid, kThreads, kSmemBytes, stream>>>(p);
+  } else {
+    attention_split_wgmma_kernel<false><<<grid, kThreads, kSmemBytes, stream>>>(p);
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace kvcompact::cuda::dsv4::detail

@@ -1,0 +1,110 @@
+// Device self-test of the wgmma helpers (wgmma.cuh): one warpgroup computes S = Q K^T (64 x 64, K = 128: both
+// operands K-major) and O = P V (64 x 128, K = 64: P K-major in shared memory or in registers, V = the key tile
+// viewed MN-major, transposed) from SW128 tiles, for given descriptor byte offsets, so a test can check the
+// layout and descriptor conventions against a CPU product before a kernel relies on them.
+// Run by tests/cuda_dsv4/wgmma_test.cpp. STATUS: unverified on a GPU.
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels_params.hpp"
+#include "wgmma.cuh"
+
+namespace kvcompact::cuda::dsv4::detail {
+
+namespace {
+
+constexpr unsigned kRows = 64, kCols = 128;
+constexpr unsigned kQBytes = kRows * kCols * 2, kKBytes = kRows * kCols * 2, kPBytes = kRows * kRows * 2;
+constexpr unsigned kSmemBytes = kQBytes + kKBytes + kPBytes + 1024;  // + alignment slack
+
+__global__ void __launch_bounds__(128) wgmma_selftest_kernel(WgmmaSelftestArgs a) {
+  extern __shared__ std::uint8_t smem_raw[];
+  // SW128 tiles start 1024-byte aligned.
+  std::uint8_t* smem = smem_raw + ((1024u - (static_cast<unsigned>(__cvta_generic_to_shared(smem_raw)) & 1023u)) & 1023u);
+  std::uint8_t* qs = smem;
+  std::uint8_t* ks = qs + kQBytes;
+  std::uint8_t* ps = ks + kKBytes;
+  const unsigned tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, tig = lane % 4;
+  for (unsigned i = tid; i < kRows * kCols; i += 128) {
+    const unsigned r = i / kCols, c = i % kCols;
+    *reinterpret_cast<std::uint16_t*>(qs + sw128_offset(r, c, kRows)) = a.q[i];
+    *reinterpret_cast<std::uint16_t*>(ks + sw128_offset(r, c, kRows)) = a.k[i];
+  }
+  for (unsigned i = tid; i < kRows * kRows; i += 128) {
+    *reinterpret_cast<std::uint16_t*>(ps + sw128_offset(i / kRows, i % kRows, kRows)) = a.p[i];
+  }
+  fence_shared_for_async();
+  __syncthreads();
+
+  // S = Q K^T: k-step s covers columns 16 s .. 16 s + 15: column block s / 4, 32 bytes per step inside it.
+  float d[32];
+#pragma unroll
+  for (int i = 0; i < 32; ++i) d[i] = 0.0f;
+  wgmma_fence();
+#pragma unroll
+  for (unsigned s = 0; s < kCols / 16; ++s) {
+    const unsigned offset = (s / 4) * kRows * 128 + (s % 4) * 32;
+    wgmma_m64n64k16_ss<0>(d, sw128_descriptor(qs + offset, a.kmajor_leading, a.kmajor_stride),
+                          sw128_descriptor(ks + offset, a.kmajor_leading, a.kmajor_stride), s > 0);
+  }
+  wgmma_commit();
+  wgmma_wait<0>();
+  const unsigned row = 16 * warp + g;
+#pragma unroll
+  for (unsigned i = 0; i < 8; ++i) {
+    const unsigned col = 8 * i + 2 * tig;
+    a.s[row * kRows + col] = d[4 * i];
+    a.s[row * kRows + col + 1] = d[4 * i + 1];
+    a.s[(row + 8) * kRows + col] = d[4 * i + 2];
+    a.s[(row + 8) * kRows + col + 1] = d[4 * i + 3];
+  }
+
+  // O = P V, V = the key tile read MN-major (rows = K = 64, columns = N = 128), 64 columns per instruction:
+  // k-step s covers rows 16 s .. 16 s + 15, 16 rows x 128 bytes further on.
+#pragma unroll
+  for (unsigned nb = 0; nb < kCols / 64; ++nb) {
+    float o[32];
+#pragma unroll
+    for (int i = 0; i < 32; ++i) o[i] = 0.0f;
+    wgmma_fence();
+#pragma unroll
+    for (unsigned s = 0; s < kRows / 16; ++s) {
+      const GmmaDesc vb = sw128_descriptor(ks + nb * kRows * 128 + s * 16 * 128, a.mnmajor_leading, a.mnmajor_stride);
+      if (a.p_in_registers) {
+        const std::uint16_t* p0 = a.p + (16 * warp + g) * kRows + 16 * s + 2 * tig;
+        const std::uint16_t* p1 = p0 + 8 * kRows;
+        std::uint32_t af[4];
+        af[0] = *reinterpret_cast<const std::uint32_t*>(p0);
+        af[1] = *reinterpret_cast<const std::uint32_t*>(p1);
+        af[2] = *reinterpret_cast<const std::uint32_t*>(p0 + 8);
+        af[3] = *reinterpret_cast<const std::uint32_t*>(p1 + 8);
+        wgmma_m64n64k16_rs<1>(o, af, vb, s > 0);
+      } else {
+        wgmma_m64n64k16_ss<1>(o, sw128_descriptor(ps + s * 32, a.kmajor_leading, a.kmajor_stride), vb, s > 0);
+      }
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+#pragma unroll
+    for (unsigned i = 0; i < 8; ++i) {
+      const unsigned col = nb * 64 + 8 * i + 2 * tig;
+      a.o[row * kCols + col] = o[4 * i];
+      a.o[row * kCols + col + 1] = o[4 * i + 1];
+      a.o[(row + 8) * kCols + col] = o[4 * i + 2];
+      a.o[(row + 8) * kCols + col + 1] = o[4 * i + 3];
+    }
+  }
+}
+
+}  // namespace
+
+cudaError_t launch_wgmma_selftest(const WgmmaSelftestArgs& a, cudaStream_t stream) {
+  cudaError_t err = cudaFuncSetAttribute(wgmma_selftest_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
+  if (err != cudaSuccess) return err;
+  wgmma_selftest_kernel<<<1, 128, kSmemBytes, stream>>>(a);
+  return cudaGetLastError();
+}
+
+}  // namespace kvcompact::cuda::dsv4::detail
