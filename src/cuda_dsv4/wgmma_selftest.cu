@@ -2,7 +2,7 @@
 // operands K-major) and O = P V (64 x 128, K = 64: P K-major in shared memory or in registers, V = the key tile
 // viewed MN-major, transposed) from SW128 tiles, for given descriptor byte offsets, so a test can check the
 // layout and descriptor conventions against a CPU product before a kernel relies on them.
-// Run by tests/cuda_dsv4/wgmma_test.cpp. STATUS: unverified on a GPU.
+// Run by tests/cuda_dsv4/wgmma_test.cpp.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 

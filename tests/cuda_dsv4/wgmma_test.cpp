@@ -2,8 +2,8 @@
 // shared-memory tiles, for several descriptor byte-offset conventions. Small integer fp16 inputs make every
 // product and sum exact, so results must equal the CPU's exactly. The expected conventions are K-major
 // (leading 16, stride 1024) and MN-major (leading 8192 = the next 64-column block, stride 1024); the test prints
-// every variant's mismatch count, so a wrong guess shows which convention the hardware uses. Skips without a CUDA
-// device. STATUS: written without device time; unverified.
+// every variant's mismatch count, so a wrong guess shows which convention the hardware uses (the swapped variants
+// are expected to differ, which shows the test can fail). Skips without a CUDA device.
 #include <gtest/gtest.h>
 
 #include <cstdint>
