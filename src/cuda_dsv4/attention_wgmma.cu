@@ -163,6 +163,18 @@ __global__ void __launch_bounds__(kThreads, 1) attention_split_wgmma_kernel(Atte
   auto tile_rows = [&](const std::uint8_t** rows, std::uint32_t t0) {
     if (tid < kRows) rows[tid] = t0 + tid < r_end ? wg_row_pointer(p, d, token, t0 + tid, nw) : nullptr;
   };
+  // The query, 64 heads x 512 floats, becomes SW128 fp16 (8-byte stores of 4 values): float4 j of this thread is
+  // dims c .. c + 3 (c = 4 (tid % 128)) of head 2 j + x = 2 (j % 4) + x + 8 (j / 4), whose SW128 XOR term depends
+  // on j % 4 only. All 32 loads are issued first, so they are in flight with the first tile's row pointers (whose
+  // index loads they would otherwise wait behind).
+  constexpr unsigned kQPer = kAttnBlockHeads * kHeadDim / 4 / kThreads;  // 32 float4 per thread
+  float4 qv[kQPer];
+  {
+    const float4* qsrc =
+        reinterpret_cast<const float4*>(p.q + (static_cast<std::uint64_t>(token) * p.heads + h0) * kHeadDim);
+#pragma unroll
+    for (unsigned j = 0; j < kQPer; ++j) qv[j] = __ldg(qsrc + j * kThreads + tid);
+  }
   tile_rows(sm.rows[0], r_begin);
   __syncthreads();
   if constexpr (kBf16Rows) {
@@ -170,19 +182,12 @@ __global__ void __launch_bounds__(kThreads, 1) attention_split_wgmma_kernel(Atte
   } else {
     stage_fp8_rows(sm.k[1], sm.rows[0]);
   }
-
-  // The query, 64 heads x 512 floats, to SW128 fp16 (8-byte stores of 4 values): float4 j of this thread is dims
-  // c .. c + 3 (c = 4 (tid % 128)) of head 2 j + x = 2 (j % 4) + x + 8 (j / 4), whose SW128 XOR term depends on
-  // j % 4 only. All 32 loads are issued before the first store.
   {
-    const float* qsrc = p.q + (static_cast<std::uint64_t>(token) * p.heads + h0) * kHeadDim;
-    constexpr unsigned kPer = kAttnBlockHeads * kHeadDim / 4 / kThreads;  // 32 float4 per thread
     const unsigned c = 4 * (tid % 128);
 #pragma unroll
-    for (unsigned j = 0; j < kPer; ++j) {
-      const float4 v = __ldg(reinterpret_cast<const float4*>(qsrc) + j * kThreads + tid);
+    for (unsigned j = 0; j < kQPer; ++j) {
       *reinterpret_cast<uint2*>(sm.q + sw128_offset(2 * (j % 4) + x, c, kAttnBlockHeads) + (j / 4) * 8 * 128) =
-          make_uint2(pack_half2(v.x, v.y), pack_half2(v.z, v.w));
+          make_uint2(pack_half2(qv[j].x, qv[j].y), pack_half2(qv[j].z, qv[j].w));
     }
   }
   // Matrix descriptors: Q, this warpgroup's 32 rows of the tile (S), P, and its 256 dims of the tile (P V).

@@ -32,19 +32,21 @@ struct F16Bits {
 // two values this costs four instructions: the largest and the smallest nonzero magnitude by 16-bit integer max /
 // min of the magnitude bits (non-negative bit patterns order as their values; NaN and infinity lie above every
 // finite one), the latter on magnitude + 0x7FFF, which sends 0 to the top (0x7FFF as a signed 16-bit lane) and
-// carries into no other lane (magnitudes are below 0x8000), and the OR of the low mantissa bits. The partner
+// carries into no other lane (magnitudes are below 0x8000), and the OR of the words (masked to the low mantissa
+// bits once at the end). The partner
 // lane (lane ^ 1) holds the row's other half. Returns E (0 for an all-zero row); clears ok when the row fails.
 template <typename Format>
 __device__ __forceinline__ int row_check_16bit(const std::uint32_t (&words)[32], bool& ok) {
   constexpr std::uint32_t kLow = (1u << (Format::kMantissa - 1)) - 1u, kLowMask = kLow | (kLow << 16);
-  std::uint32_t largest[2] = {0u, 0u}, smallest[2] = {0x7FFF7FFFu, 0x7FFF7FFFu}, low_bits = 0u;
+  std::uint32_t largest[2] = {0u, 0u}, smallest[2] = {0x7FFF7FFFu, 0x7FFF7FFFu}, any_bits = 0u;
 #pragma unroll
   for (int k = 0; k < 32; k += 2) {
     const std::uint32_t m0 = words[k] & 0x7FFF7FFFu, m1 = words[k + 1] & 0x7FFF7FFFu;
     largest[k / 2 % 2] = __vimax3_s16x2(m0, m1, largest[k / 2 % 2]);
     smallest[k / 2 % 2] = __vimin3_s16x2(m0 + 0x7FFF7FFFu, m1 + 0x7FFF7FFFu, smallest[k / 2 % 2]);
-    low_bits |= (words[k] | words[k + 1]) & kLowMask;
+    any_bits |= words[k] | words[k + 1];  // (one three-input OR; the mask is applied once, below)
   }
+  std::uint32_t low_bits = any_bits & kLowMask;
   const std::uint32_t l2 = __vimax3_s16x2(largest[0], largest[1], largest[1]);
   const std::uint32_t s2 = __vimin3_s16x2(smallest[0], smallest[1], smallest[1]);
   int amax = max(static_cast<int>(l2 & 0xFFFFu), static_cast<int>(l2 >> 16));

@@ -55,10 +55,11 @@ struct ScoreSmem {
 
 // Copies the raw bytes of key rows [row0, row0 + nrows) into a shared buffer (BF16: padded row stride;
 // FP8 / MXFP4: contiguous; a tile starts 16-byte aligned because 64 rows of 132 / 68 B are multiples of 16).
+template <bool kBf16>
 __device__ __forceinline__ void stage_tile(std::uint8_t* dst, const std::uint8_t* rows, std::uint32_t row0,
-                                           std::uint32_t nrows, std::uint32_t storage, std::uint32_t row_bytes) {
+                                           std::uint32_t nrows, std::uint32_t row_bytes) {
   const std::uint8_t* src = rows + static_cast<std::uint64_t>(row0) * row_bytes;
-  if (storage == kIdxBf16 && nrows == kScoreTileRows) {
+  if (kBf16 && nrows == kScoreTileRows) {
     // A whole tile: piece tid + 128 j is row tid / 16 + 8 j, bytes 16 (tid % 16) ...; fixed offsets from two
     // per-thread bases (the general loop below spent ~10 instructions of address arithmetic per copy).
     const std::uint8_t* s0 = src + threadIdx.x * 16;
@@ -67,7 +68,7 @@ __device__ __forceinline__ void stage_tile(std::uint8_t* dst, const std::uint8_t
     for (unsigned j = 0; j < kScoreTileRows * 16 / kScoreThreads; ++j) {
       cp_async16(d0 + j * (kScoreThreads / 16) * kRawBf16Stride, s0 + j * kScoreThreads * 16);
     }
-  } else if (storage == kIdxBf16) {
+  } else if (kBf16) {
     for (unsigned c = threadIdx.x; c < nrows * 16; c += kScoreThreads) {
       cp_async16(dst + (c / 16) * kRawBf16Stride + (c % 16) * 16, src + c * 16);
     }
@@ -195,8 +196,9 @@ __global__ void __launch_bounds__(kScoreThreads, 4) score_kernel(ScoreParams p) 
   if (blockIdx.x >= tiles) return;
   const unsigned tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, tig = lane % 4;
   std::uint32_t tile = blockIdx.x;
-  stage_tile(sm.raw[0], desc.indexer_rows, tile * kScoreTileRows, min(kScoreTileRows, visible - tile * kScoreTileRows),
-             p.storage, p.row_bytes);
+  constexpr bool kBf16 = kPath == ScorePath::Bf16Rows;
+  stage_tile<kBf16>(sm.raw[0], desc.indexer_rows, tile * kScoreTileRows,
+                    min(kScoreTileRows, visible - tile * kScoreTileRows), p.row_bytes);
 
   const std::int8_t* qi = reinterpret_cast<const std::int8_t*>(p.ws + p.layout.qi) +
                           static_cast<std::uint64_t>(token) * kIndexerMaxHeads * kIndexerDim;
@@ -270,8 +272,8 @@ __global__ void __launch_bounds__(kScoreThreads, 4) score_kernel(ScoreParams p) 
     const std::uint32_t nrows = min(kScoreTileRows, visible - row0);
     const std::uint32_t next = tile + gridDim.x;
     if (next < tiles) {
-      stage_tile(sm.raw[buf ^ 1u], desc.indexer_rows, next * kScoreTileRows,
-                 min(kScoreTileRows, visible - next * kScoreTileRows), p.storage, p.row_bytes);
+      stage_tile<kBf16>(sm.raw[buf ^ 1u], desc.indexer_rows, next * kScoreTileRows,
+                        min(kScoreTileRows, visible - next * kScoreTileRows), p.row_bytes);
       cp_async_wait<1>();
     } else {
       cp_async_wait<0>();
@@ -283,12 +285,14 @@ __global__ void __launch_bounds__(kScoreThreads, 4) score_kernel(ScoreParams p) 
     if (tid == 0) sm.nflagged[buf ^ 1u] = 0;
     if constexpr (kPath == ScorePath::Bf16Rows) {
       // ---- row check: two threads per key row (dims [64 half, 64 half + 64)), then the MMAs on the raw rows.
+      // (Rows past a short tile's end hold stale bytes: checked like any row, never flagged, their terms never
+      // summed; reading them unconditionally keeps the loads unpredicated.)
       const unsigned r = tid / 2, half = tid % 2;
       const std::uint8_t* rr = sm.raw[buf] + r * kRawBf16Stride + half * 128;
       std::uint32_t words[32];
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
-        const uint4 q = r < nrows ? *reinterpret_cast<const uint4*>(rr + 16 * k) : make_uint4(0, 0, 0, 0);
+        const uint4 q = *reinterpret_cast<const uint4*>(rr + 16 * k);
         words[4 * k] = q.x;
         words[4 * k + 1] = q.y;
         words[4 * k + 2] = q.z;
@@ -312,7 +316,7 @@ __global__ void __launch_bounds__(kScoreThreads, 4) score_kernel(ScoreParams p) 
       std::uint32_t words[32];
 #pragma unroll
       for (int k = 0; k < 16; ++k) {
-        const std::uint32_t wd = r < nrows ? *reinterpret_cast<const std::uint32_t*>(rr + half * 64 + 4 * k) : 0u;
+        const std::uint32_t wd = *reinterpret_cast<const std::uint32_t*>(rr + half * 64 + 4 * k);  // (as BF16)
         words[2 * k] = e4m3x2_to_half2_bits(wd);
         words[2 * k + 1] = e4m3x2_to_half2_bits(wd >> 16);
       }
