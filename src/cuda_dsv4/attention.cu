@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "attention_rows.cuh"
 #include "kernels_device.cuh"
 #include "kernels_params.hpp"
 
@@ -46,27 +47,6 @@ static_assert(sizeof(AttnSmem) <= 227 * 1024, "one block per multiprocessor need
 static_assert(offsetof(AttnSmem, q) % 16 == 0 && offsetof(AttnSmem, k) % 16 == 0 && offsetof(AttnSmem, pr) % 16 == 0);
 static_assert(kQStride * 2 % 32 == 16 && kKStride * 2 % 32 == 16 && kPStride * 2 % 32 == 16);
 
-__device__ __forceinline__ const std::uint8_t* row_pointer(const AttentionParams& p, const TokenRowsDev& d,
-                                                           std::uint32_t token, std::uint32_t j, std::uint32_t nw) {
-  if (j < nw) {
-    const std::int64_t pos = d.position - static_cast<std::int64_t>(nw) + 1 + j;
-    if (d.chunk_rows != nullptr && pos >= d.chunk_start) {
-      return d.chunk_rows + static_cast<std::uint64_t>(pos - d.chunk_start) * p.row_bytes;
-    }
-    return d.window_ring + static_cast<std::uint64_t>(pos % d.ring_capacity) * p.row_bytes;
-  }
-  const std::uint32_t c = j - nw;
-  if (p.ratio == 4) {
-    const std::int32_t idx = p.indices[static_cast<std::uint64_t>(token) * p.index_stride + c];
-    return idx >= 0 ? d.compressed_rows + static_cast<std::uint64_t>(idx) * p.row_bytes : nullptr;
-  }
-  return d.compressed_rows + static_cast<std::uint64_t>(c) * p.row_bytes;
-}
-
-__device__ __forceinline__ std::uint32_t bf16x2_to_half2(std::uint32_t v) {
-  return pack_half2(bf16_bits_to_f32(v & 0xFFFFu), bf16_bits_to_f32(v >> 16));
-}
-
 // Issues the cp.async copies of a row tile's raw bytes (rows[r] null: nothing, the decode writes zeros).
 // BF16: 16-byte pieces, thread tid takes pieces tid, tid + 512, ... (the same pieces it decodes). FP8: 8-byte
 // pieces (rows are only 8-byte aligned), the scale bytes as piece 72; the decode reads them after a barrier.
@@ -98,22 +78,12 @@ __global__ void __launch_bounds__(kAttnThreads, 1) attention_split_kernel(Attent
   const std::uint32_t nh = min(p.block_heads, p.heads - h0);  // a multiple of 16, at most kAttnBlockHeads
   const bool active = hg * kAttnHeadGroup < nh;
   const TokenRowsDev d = p.tokens[token];
-  const std::uint32_t nw = window_count(d.position);
-  const std::uint32_t n = nw + compressed_count(d.position, p.ratio, p.index_topk);
-  const std::uint32_t r_begin = split * p.split_rows;
-  auto part_of = [&](std::uint32_t h) {
-    return (static_cast<std::uint64_t>(token) * p.heads + h0 + h) * p.splits + split;
-  };
-  if (r_begin >= n) {
-    if (tid < nh) {
-      p.part_ml[part_of(tid) * 2] = -INFINITY;
-      p.part_ml[part_of(tid) * 2 + 1] = 0.0f;
-    }
-    return;
-  }
-  const std::uint32_t r_end = min(n, r_begin + p.split_rows);
+  const SplitRows range = split_rows(p, d, split);
+  if (range.empty()) return write_empty_split(p, token, h0, nh, split);
+  const std::uint32_t nw = range.nw, r_begin = range.begin, r_end = range.end();
+  auto part_of = [&](std::uint32_t h) { return partial_index(p, token, h0, h, split); };
   auto tile_rows = [&](const std::uint8_t** rows, std::uint32_t t0) {
-    if (tid < kAttnTileRows) rows[tid] = t0 + tid < r_end ? row_pointer(p, d, token, t0 + tid, nw) : nullptr;
+    if (tid < kAttnTileRows) rows[tid] = t0 + tid < r_end ? attention_row_pointer(p, d, token, t0 + tid, nw) : nullptr;
   };
   // The first tile's copies are issued before the query is loaded, so both latencies overlap.
   tile_rows(sm.rows[0], r_begin);

@@ -20,6 +20,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "attention_rows.cuh"
 #include "kernels_device.cuh"
 #include "kernels_params.hpp"
 #include "wgmma.cuh"
@@ -47,27 +48,6 @@ struct WgSmem {
 constexpr unsigned kSmemBytes = sizeof(WgSmem) + 1024;  // + alignment slack
 static_assert(kSmemBytes <= 227 * 1024, "one block per multiprocessor");
 
-__device__ __forceinline__ const std::uint8_t* wg_row_pointer(const AttentionParams& p, const TokenRowsDev& d,
-                                                              std::uint32_t token, std::uint32_t j, std::uint32_t nw) {
-  if (j < nw) {
-    const std::int64_t pos = d.position - static_cast<std::int64_t>(nw) + 1 + j;
-    if (d.chunk_rows != nullptr && pos >= d.chunk_start) {
-      return d.chunk_rows + static_cast<std::uint64_t>(pos - d.chunk_start) * p.row_bytes;
-    }
-    return d.window_ring + static_cast<std::uint64_t>(pos % d.ring_capacity) * p.row_bytes;
-  }
-  const std::uint32_t c = j - nw;
-  if (p.ratio == 4) {
-    const std::int32_t idx = p.indices[static_cast<std::uint64_t>(token) * p.index_stride + c];
-    return idx >= 0 ? d.compressed_rows + static_cast<std::uint64_t>(idx) * p.row_bytes : nullptr;
-  }
-  return d.compressed_rows + static_cast<std::uint64_t>(c) * p.row_bytes;
-}
-
-__device__ __forceinline__ std::uint32_t wg_bf16x2_to_half2(std::uint32_t v) {
-  return pack_half2(bf16_bits_to_f32(v & 0xFFFFu), bf16_bits_to_f32(v >> 16));
-}
-
 // BF16 rows: thread t copies the 16-byte piece t % 64 (dims 8 (t % 64) ...) of rows 4 j + t / 64 (j < 16) straight
 // to its SW128 place in `tile`; a missing row is zero-filled, so the widening needs no test and the missing rows'
 // values are zeros (their p is 0, and 0 times a stale inf would be NaN in P V). Each thread later widens exactly
@@ -94,8 +74,8 @@ __device__ __forceinline__ void widen_bf16_tile(std::uint8_t* tile) {
   for (unsigned j = 0; j < kRows * 64 / kThreads; ++j) {
     uint4* piece = reinterpret_cast<uint4*>((j % 2 == 0 ? even : odd) + 4 * j * 128);
     const uint4 v = *piece;
-    *piece = make_uint4(wg_bf16x2_to_half2(v.x), wg_bf16x2_to_half2(v.y), wg_bf16x2_to_half2(v.z),
-                        wg_bf16x2_to_half2(v.w));
+    *piece = make_uint4(bf16x2_to_half2(v.x), bf16x2_to_half2(v.y), bf16x2_to_half2(v.z),
+                        bf16x2_to_half2(v.w));
   }
 }
 
@@ -121,7 +101,7 @@ __device__ __forceinline__ void decode_fp8_tile(std::uint8_t* tile, const std::u
       *reinterpret_cast<uint4*>(tile + sw128_offset(r, pc * 8, kRows)) = e4m3x8_scaled_to_half8(v, e);
     } else {
       *reinterpret_cast<uint2*>(tile + sw128_offset(r, 448 + (pc - 56) * 4, kRows)) =
-          make_uint2(wg_bf16x2_to_half2(v.x), wg_bf16x2_to_half2(v.y));
+          make_uint2(bf16x2_to_half2(v.x), bf16x2_to_half2(v.y));
     }
   }
 }
@@ -146,22 +126,12 @@ __global__ void __launch_bounds__(kThreads, 1) attention_split_wgmma_kernel(Atte
   const unsigned tid = threadIdx.x, x = tid / 128, w = (tid / 32) % 4, lane = tid % 32, g = lane / 4, tig = lane % 4;
   const unsigned ha = 16 * w + g, hb = ha + 8;  // this thread's two heads (block-relative)
   const TokenRowsDev d = p.tokens[token];
-  const std::uint32_t nw = window_count(d.position);
-  const std::uint32_t n = nw + compressed_count(d.position, p.ratio, p.index_topk);
-  const std::uint32_t r_begin = split * p.split_rows;
-  auto part_of = [&](std::uint32_t h) {
-    return (static_cast<std::uint64_t>(token) * p.heads + h0 + h) * p.splits + split;
-  };
-  if (r_begin >= n) {
-    if (tid < kAttnBlockHeads) {
-      p.part_ml[part_of(tid) * 2] = -INFINITY;
-      p.part_ml[part_of(tid) * 2 + 1] = 0.0f;
-    }
-    return;
-  }
-  const std::uint32_t r_end = min(n, r_begin + p.split_rows);
+  const SplitRows range = split_rows(p, d, split);
+  if (range.empty()) return write_empty_split(p, token, h0, kAttnBlockHeads, split);
+  const std::uint32_t nw = range.nw, r_begin = range.begin, r_end = range.end();
+  auto part_of = [&](std::uint32_t h) { return partial_index(p, token, h0, h, split); };
   auto tile_rows = [&](const std::uint8_t** rows, std::uint32_t t0) {
-    if (tid < kRows) rows[tid] = t0 + tid < r_end ? wg_row_pointer(p, d, token, t0 + tid, nw) : nullptr;
+    if (tid < kRows) rows[tid] = t0 + tid < r_end ? attention_row_pointer(p, d, token, t0 + tid, nw) : nullptr;
   };
   // The query, 64 heads x 512 floats, becomes SW128 fp16 (8-byte stores of 4 values): float4 j of this thread is
   // dims c .. c + 3 (c = 4 (tid % 128)) of head 2 j + x = 2 (j % 4) + x + 8 (j / 4), whose SW128 XOR term depends

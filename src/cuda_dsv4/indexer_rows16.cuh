@@ -29,12 +29,12 @@ struct F16Bits {
 // with two bits to spare. The tensor core's products are exact and its f32 accumulation, which aligns the addends
 // to the largest and keeps f32 width, then drops no set bit, so the MMA gives q.k / 2^fq (over the row scale for
 // FP8) exactly. (The tests check every score's bits against the CPU, with rows that fill the 22 bits.) Per word of
-// two values this costs four instructions: the largest and the smallest nonzero magnitude by 16-bit integer max /
-// min of the magnitude bits (non-negative bit patterns order as their values; NaN and infinity lie above every
-// finite one), the latter on magnitude + 0x7FFF, which sends 0 to the top (0x7FFF as a signed 16-bit lane) and
-// carries into no other lane (magnitudes are below 0x8000), and the OR of the words (masked to the low mantissa
-// bits once at the end). The partner
-// lane (lane ^ 1) holds the row's other half. Returns E (0 for an all-zero row); clears ok when the row fails.
+// two values this costs three and a half instructions: the magnitude bits (one mask); the largest and the smallest
+// nonzero magnitude by 16-bit integer max / min (non-negative bit patterns order as their values; NaN and infinity
+// lie above every finite one), the latter on magnitude + 0x7FFF, which sends 0 to the top (0x7FFF as a signed
+// 16-bit lane) and carries into no other lane (magnitudes are below 0x8000); and one three-input OR per two words,
+// masked to the low mantissa bits once at the end. The partner lane (lane ^ 1) holds the row's other half.
+// Returns E (0 for an all-zero row); clears ok when the row fails.
 template <typename Format>
 __device__ __forceinline__ int row_check_16bit(const std::uint32_t (&words)[32], bool& ok) {
   constexpr std::uint32_t kLow = (1u << (Format::kMantissa - 1)) - 1u, kLowMask = kLow | (kLow << 16);
@@ -46,7 +46,7 @@ __device__ __forceinline__ int row_check_16bit(const std::uint32_t (&words)[32],
     smallest[k / 2 % 2] = __vimin3_s16x2(m0 + 0x7FFF7FFFu, m1 + 0x7FFF7FFFu, smallest[k / 2 % 2]);
     any_bits |= words[k] | words[k + 1];  // (one three-input OR; the mask is applied once, below)
   }
-  std::uint32_t low_bits = any_bits & kLowMask;
+  std::uint32_t low_bits = any_bits & kLowMask;  // (the partner's bits are ORed in below)
   const std::uint32_t l2 = __vimax3_s16x2(largest[0], largest[1], largest[1]);
   const std::uint32_t s2 = __vimin3_s16x2(smallest[0], smallest[1], smallest[1]);
   int amax = max(static_cast<int>(l2 & 0xFFFFu), static_cast<int>(l2 >> 16));

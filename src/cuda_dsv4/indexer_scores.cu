@@ -316,7 +316,7 @@ __global__ void __launch_bounds__(kScoreThreads, 4) score_kernel(ScoreParams p) 
       std::uint32_t words[32];
 #pragma unroll
       for (int k = 0; k < 16; ++k) {
-        const std::uint32_t wd = *reinterpret_cast<const std::uint32_t*>(rr + half * 64 + 4 * k);  // (as BF16)
+        const std::uint32_t wd = *reinterpret_cast<const std::uint32_t*>(rr + half * 64 + 4 * k);  // (unpredicated)
         words[2 * k] = e4m3x2_to_half2_bits(wd);
         words[2 * k + 1] = e4m3x2_to_half2_bits(wd >> 16);
       }
