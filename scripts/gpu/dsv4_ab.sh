@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# A/B of the DeepSeek-V4 decode step on the GPU machine, both sides measured in the same run: the working tree
-# ("new") against the revision exported by scripts/gpu/dsv4_ab_prepare.sh ("base", in .ab/base). Builds the
-# decode benchmark of both, then runs every case on both sides, alternating, ROUNDS times (run-to-run drift of
-# the card then hits both sides alike), and prints per case the mean step time (CUDA graph) and its indexer /
-# attention parts, and new / base. CSV of every run in $OUT/dsv4_ab.csv.
+# A/B of the DeepSeek-V4 decode step on the GPU machine, every side measured in the same run: the working tree
+# ("new") against the revisions exported by scripts/gpu/dsv4_ab_prepare.sh ("base" in .ab/base, and any further
+# ones in .ab/<name>, listed in .ab/sides). Builds the decode benchmark of each side, then runs every case on
+# every side, alternating, ROUNDS times (run-to-run drift of the card then hits all sides alike), and prints per
+# case and side the mean step time (CUDA graph), its indexer / attention parts, and side / base. CSV of every run
+# in $OUT/dsv4_ab.csv.
 # Usage: CASES="bf16 1 1048576,bf16 8 1048576" scripts/gpu/dsv4_ab.sh [ROUNDS]   (default 2 rounds)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -17,45 +18,55 @@ fi
 source scripts/gpu/configure.sh
 BENCH_TARGET=kvcompact_cuda_dsv4_decode_bench
 BENCH_PATH=src/cuda/bench/kvcompact_cuda_dsv4_decode_bench
+# Sides: "new" (this tree) and every exported revision (older .ab directories have only base and base_rev).
+SIDES=(new)
+if [ -f .ab/sides ]; then
+  while read -r name _; do SIDES+=("$name"); done < .ab/sides
+else
+  SIDES+=(base)
+fi
+declare -A DIR=([new]=.)
+for s in "${SIDES[@]}"; do [ "$s" = new ] || DIR[$s]=".ab/$s"; done
 t0=$(date +%s)
-gpu_configure build-gpu "$OUT/ab_build_new.log" && cmake --build build-gpu -j16 --target "$BENCH_TARGET" >> "$OUT/ab_build_new.log" 2>&1 \
-  || { grep -E "error" -A3 "$OUT/ab_build_new.log" | head -30; exit 1; }
-# The base tree uses this tree's carried dependencies (.deps) through a link.
-[ -d .deps ] && [ ! -e .ab/base/.deps ] && ln -s "$PWD/.deps" .ab/base/.deps
-(cd .ab/base && gpu_configure build-gpu "$OUT/ab_build_base.log" && cmake --build build-gpu -j16 --target "$BENCH_TARGET" >> "$OUT/ab_build_base.log" 2>&1) \
-  || { grep -E "error" -A3 "$OUT/ab_build_base.log" | head -30; exit 1; }
-echo "built both sides in $(( $(date +%s) - t0 )) s; base = $(cat .ab/base_rev 2>/dev/null || echo '?')"
-declare -A BIN=([new]="build-gpu/$BENCH_PATH" [base]=".ab/base/build-gpu/$BENCH_PATH")
+for s in "${SIDES[@]}"; do
+  d=${DIR[$s]}
+  # The exported trees use this tree's carried dependencies (.deps) through a link.
+  [ "$d" != . ] && [ -d .deps ] && [ ! -e "$d/.deps" ] && ln -s "$PWD/.deps" "$d/.deps"
+  (cd "$d" && gpu_configure build-gpu "$OUT/ab_build_$s.log" && cmake --build build-gpu -j16 --target "$BENCH_TARGET" \
+      >> "$OUT/ab_build_$s.log" 2>&1) || { echo "error: build of side $s failed"; grep -E "error" -A3 "$OUT/ab_build_$s.log" | head -30; exit 1; }
+done
+echo "built ${#SIDES[@]} sides in $(( $(date +%s) - t0 )) s: ${SIDES[*]}; $(tr '\n' ';' < .ab/sides 2>/dev/null || cat .ab/base_rev)"
 echo "round,side,storage,batch,context,us,graph_us,indexer_us,attention_us" > "$OUT/dsv4_ab.csv"
 IFS=',' read -ra LIST <<< "$CASES"
 for r in $(seq 1 "$ROUNDS"); do
-  for side in new base; do
+  for s in "${SIDES[@]}"; do
     for c in "${LIST[@]}"; do
       # The benchmark's last line for --only: storage batch context us graph_us index_us attn_us bytes floor ratio.
-      line=$("${BIN[$side]}" --only $c 2>&1 | tail -1)
+      line=$("${DIR[$s]}/build-gpu/$BENCH_PATH" --only $c 2>&1 | tail -1)
       read -r st b ctx us graph idx attn _ <<< "$line"
       if ! [[ "$graph" =~ ^[0-9.]+$ ]]; then
-        echo "error: $side $c: $line" >&2
+        echo "error: $s $c: $line" >&2
         exit 1
       fi
-      echo "$r,$side,$st,$b,$ctx,$us,$graph,$idx,$attn" >> "$OUT/dsv4_ab.csv"
+      echo "$r,$s,$st,$b,$ctx,$us,$graph,$idx,$attn" >> "$OUT/dsv4_ab.csv"
     done
   done
 done
 python3 - "$OUT/dsv4_ab.csv" <<'PY'
 import csv, sys, collections
 rows = list(csv.DictReader(open(sys.argv[1])))
+sides = list(dict.fromkeys(r["side"] for r in rows))
 acc = collections.defaultdict(lambda: collections.defaultdict(list))
 for r in rows:
     key = (r["storage"], r["batch"], r["context"])
     for f in ("graph_us", "indexer_us", "attention_us"):
         acc[key][(r["side"], f)].append(float(r[f]))
 mean = lambda v: sum(v) / len(v)
-print(f"{'storage':<10} {'batch':>5} {'context':>8} {'base us':>9} {'new us':>9} {'new/base':>8}  "
-      f"{'base idx':>9} {'new idx':>9} {'base attn':>9} {'new attn':>9}")
+print(f"{'storage':<10} {'batch':>5} {'context':>8} {'side':<24} {'us':>9} {'/base':>7} {'indexer':>9} {'attention':>9}")
 for (st, b, ctx), a in acc.items():
-    bu, nu = mean(a[("base", "graph_us")]), mean(a[("new", "graph_us")])
-    print(f"{st:<10} {b:>5} {ctx:>8} {bu:9.1f} {nu:9.1f} {nu / bu:8.3f}  "
-          f"{mean(a[('base', 'indexer_us')]):9.1f} {mean(a[('new', 'indexer_us')]):9.1f} "
-          f"{mean(a[('base', 'attention_us')]):9.1f} {mean(a[('new', 'attention_us')]):9.1f}")
+    base = mean(a[("base", "graph_us")])
+    for s in sides:
+        us = mean(a[(s, "graph_us")])
+        print(f"{st:<10} {b:>5} {ctx:>8} {s:<24} {us:9.1f} {us / base:7.3f} "
+              f"{mean(a[(s, 'indexer_us')]):9.1f} {mean(a[(s, 'attention_us')]):9.1f}")
 PY
