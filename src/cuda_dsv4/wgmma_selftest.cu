@@ -19,6 +19,20 @@ constexpr unsigned kRows = 64, kCols = 128;
 constexpr unsigned kQBytes = kRows * kCols * 2, kKBytes = kRows * kCols * 2, kPBytes = kRows * kRows * 2;
 constexpr unsigned kSmemBytes = kQBytes + kKBytes + kPBytes + 1024;  // + alignment slack
 
+// Stores an m64n64 accumulator (wgmma.cuh's layout: rows 16 warp + lane / 4 and + 8) at columns col0 .. col0 + 63 of
+// a row-major matrix with `ld` columns.
+__device__ __forceinline__ void store_accumulator(float* dst, unsigned ld, unsigned col0, const float (&d)[32]) {
+  const unsigned lane = threadIdx.x % 32, row = 16 * (threadIdx.x / 32) + lane / 4;
+#pragma unroll
+  for (unsigned i = 0; i < 8; ++i) {
+    const unsigned col = col0 + 8 * i + 2 * (lane % 4);
+    dst[row * ld + col] = d[4 * i];
+    dst[row * ld + col + 1] = d[4 * i + 1];
+    dst[(row + 8) * ld + col] = d[4 * i + 2];
+    dst[(row + 8) * ld + col + 1] = d[4 * i + 3];
+  }
+}
+
 __global__ void __launch_bounds__(128) wgmma_selftest_kernel(WgmmaSelftestArgs a) {
   extern __shared__ std::uint8_t smem_raw[];
   // SW128 tiles start 1024-byte aligned.
@@ -51,15 +65,7 @@ __global__ void __launch_bounds__(128) wgmma_selftest_kernel(WgmmaSelftestArgs a
   }
   wgmma_commit();
   wgmma_wait<0>();
-  const unsigned row = 16 * warp + g;
-#pragma unroll
-  for (unsigned i = 0; i < 8; ++i) {
-    const unsigned col = 8 * i + 2 * tig;
-    a.s[row * kRows + col] = d[4 * i];
-    a.s[row * kRows + col + 1] = d[4 * i + 1];
-    a.s[(row + 8) * kRows + col] = d[4 * i + 2];
-    a.s[(row + 8) * kRows + col + 1] = d[4 * i + 3];
-  }
+  store_accumulator(a.s, kRows, 0, d);
 
   // O = P V, V = the key tile read MN-major (rows = K = 64, columns = N = 128), 64 columns per instruction:
   // k-step s covers rows 16 s .. 16 s + 15, 16 rows x 128 bytes further on.
@@ -87,14 +93,7 @@ __global__ void __launch_bounds__(128) wgmma_selftest_kernel(WgmmaSelftestArgs a
     }
     wgmma_commit();
     wgmma_wait<0>();
-#pragma unroll
-    for (unsigned i = 0; i < 8; ++i) {
-      const unsigned col = nb * 64 + 8 * i + 2 * tig;
-      a.o[row * kCols + col] = o[4 * i];
-      a.o[row * kCols + col + 1] = o[4 * i + 1];
-      a.o[(row + 8) * kCols + col] = o[4 * i + 2];
-      a.o[(row + 8) * kCols + col + 1] = o[4 * i + 3];
-    }
+    store_accumulator(a.o, kCols, nb * 64, o);
   }
 }
 
