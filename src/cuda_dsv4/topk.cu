@@ -114,7 +114,7 @@ __device__ __forceinline__ void count_warp(bool counted, std::uint32_t bin, std:
   }
 }
 
-// Cluster = the blocks of one token: 16 or 8 when few tokens would leave most multiprocessors idle, 1 for a
+// Cluster = the blocks of one token: 16, 12 or 8 when few tokens would leave most multiprocessors idle, 1 for a
 // prefill chunk's thousands of tokens (then the cluster barrier is a block barrier and "remote" memory the
 // block's own).
 template <unsigned Cluster>
@@ -333,6 +333,11 @@ cudaError_t launch_topk(const TopkParams& p, std::uint32_t multiprocessors, cuda
   // H200's can); many tokens: one block each.
   if (std::uint64_t{p.count} * 16 <= multiprocessors && static_cast<std::uint32_t>(max_active_clusters<16>()) >= p.count) {
     return launch_clusters<16>(p, stream);
+  }
+  // (Batch 8 on the H200: eight 16-block clusters cannot all be resident, eight 12-block ones can — one per GPC.)
+  if (std::uint64_t{p.count} * 12 <= multiprocessors &&
+      static_cast<std::uint32_t>(max_active_clusters<12>()) >= p.count) {
+    return launch_clusters<12>(p, stream);
   }
   if (std::uint64_t{p.count} * 8 <= 2ull * multiprocessors) return launch_clusters<8>(p, stream);
   const cudaError_t e = set_kernel_attributes<1>();

@@ -897,6 +897,10 @@ TEST(CudaDsv4Kernels, TopkMatchesCpu) {
   run_topk_case("all-equal", all_equal, 512);
   std::vector<std::vector<float>> smooth(1, normal(rng, 262144));
   run_topk_case("normal-262144", smooth, 512);
+  // A decode batch of 8 at 1M context (the benchmark's shape: 12- or 8-block clusters, whichever fit at once).
+  std::vector<std::vector<float>> batch8;
+  for (int t = 0; t < 8; ++t) batch8.push_back(normal(rng, 262144 - 4099 * static_cast<std::size_t>(t)));
+  run_topk_case("batch8-normal", batch8, 512);
   // Beyond the previous version's row limit (524288 for k = 512), the widest k, k = 1, only NaN, and a batch
   // that takes one block per token instead of a cluster (more than 2 x multiprocessors / 8 tokens).
   std::vector<std::vector<float>> long_rows(1, normal(rng, 700001));
