@@ -15,6 +15,7 @@
 #include "attention_rows.cuh"
 #include "kernels_device.cuh"
 #include "kernels_params.hpp"
+#include "pdl.cuh"
 
 namespace kvcompact::cuda::dsv4::detail {
 
@@ -70,6 +71,7 @@ __device__ __forceinline__ void stage_rows(std::uint8_t* raw, const std::uint8_t
 // Block: one token, up to 64 heads, one split of the row list. Warp w: head group w / 4 (16 heads) and
 // quarter w % 4 (rows [16q, 16q + 16) of a tile for QK^T, dims [128q, 128q + 128) for PV).
 __global__ void __launch_bounds__(kAttnThreads, 1) attention_split_kernel(AttentionParams p) {
+  wait_for_previous_grid();
   extern __shared__ __align__(16) std::uint8_t smem_raw[];
   AttnSmem& sm = *reinterpret_cast<AttnSmem*>(smem_raw);
   const std::uint32_t split = blockIdx.x, token = blockIdx.y, h0 = blockIdx.z * p.block_heads;
@@ -310,6 +312,7 @@ __global__ void __launch_bounds__(kAttnThreads, 1) attention_split_kernel(Attent
 constexpr unsigned kMergeMaxGroups = 4;
 unsigned merge_groups(std::uint32_t splits) { return splits >= 64 ? 4u : splits >= 16 ? 2u : 1u; }
 __global__ void __launch_bounds__(kMergeMaxGroups * 128) attention_merge_kernel(AttentionParams p) {
+  wait_for_previous_grid();
   extern __shared__ float wts[];  // [2 * splits]: maxima, then weights; sums
   __shared__ float s_denom;
   __shared__ float4 partial[kMergeMaxGroups - 1][128];
@@ -412,18 +415,15 @@ cudaError_t launch_attention(const AttentionParams& p, cudaStream_t stream) {
   if (p.count == 0) return cudaSuccess;
   const dim3 grid(p.splits, p.count, (p.heads + p.block_heads - 1) / p.block_heads);
   // Full 64-head blocks take the warpgroup-MMA kernel (attention_wgmma.cu).
-  if (p.block_heads == kAttnBlockHeads && p.heads % kAttnBlockHeads == 0) {
-    const cudaError_t w = launch_attention_split_wgmma(p, stream);
-    if (w != cudaSuccess) return w;
-  } else {
-    attention_split_kernel<<<grid, kAttnThreads, sizeof(AttnSmem), stream>>>(p);
-  }
-  cudaError_t e = cudaGetLastError();
+  const cudaError_t e =
+      p.block_heads == kAttnBlockHeads && p.heads % kAttnBlockHeads == 0
+          ? launch_attention_split_wgmma(p, stream)
+          : launch_after_previous(attention_split_kernel, grid, dim3(kAttnThreads), sizeof(AttnSmem), stream, p);
   if (e != cudaSuccess) return e;
   // (More groups only pay when there are many splits: a prefill chunk's 4096 x 64 merges of one or two splits
   // got 1.5x slower with 4 groups each.)
-  attention_merge_kernel<<<dim3(p.heads, p.count), merge_groups(p.splits) * 128, 2 * p.splits * sizeof(float), stream>>>(p);
-  return cudaGetLastError();
+  return launch_after_previous(attention_merge_kernel, dim3(p.heads, p.count), dim3(merge_groups(p.splits) * 128),
+                               2 * p.splits * sizeof(float), stream, p);
 }
 
 }  // namespace kvcompact::cuda::dsv4::detail

@@ -23,6 +23,7 @@
 #include "attention_rows.cuh"
 #include "kernels_device.cuh"
 #include "kernels_params.hpp"
+#include "pdl.cuh"
 #include "wgmma.cuh"
 
 namespace kvcompact::cuda::dsv4::detail {
@@ -119,6 +120,7 @@ __device__ __forceinline__ float quad_sum(float v) {
 // accumulators' rows) are 16 w + g and 16 w + g + 8 in both warpgroups, so both hold the same softmax state.
 template <bool kBf16Rows>
 __global__ void __launch_bounds__(kThreads, 1) attention_split_wgmma_kernel(AttentionParams p) {
+  wait_for_previous_grid();
   extern __shared__ std::uint8_t smem_raw[];
   WgSmem& sm = *reinterpret_cast<WgSmem*>(
       smem_raw + ((1024u - (static_cast<unsigned>(__cvta_generic_to_shared(smem_raw)) & 1023u)) & 1023u));
@@ -330,12 +332,9 @@ cudaError_t prepare_attention_wgmma() {
 
 cudaError_t launch_attention_split_wgmma(const AttentionParams& p, cudaStream_t stream) {
   const dim3 grid(p.splits, p.count, p.heads / kAttnBlockHeads);
-  if (p.storage == kRowBf16) {
-    attention_split_wgmma_kernel<true><<<grid, kThreads, kSmemBytes, stream>>>(p);
-  } else {
-    attention_split_wgmma_kernel<false><<<grid, kThreads, kSmemBytes, stream>>>(p);
-  }
-  return cudaGetLastError();
+  return launch_after_previous(p.storage == kRowBf16 ? attention_split_wgmma_kernel<true>
+                                                    : attention_split_wgmma_kernel<false>,
+                               grid, dim3(kThreads), kSmemBytes, stream, p);
 }
 
 }  // namespace kvcompact::cuda::dsv4::detail

@@ -7,6 +7,7 @@
 
 #include "kernels_device.cuh"
 #include "kernels_params.hpp"
+#include "pdl.cuh"
 
 namespace kvcompact::cuda::dsv4::detail {
 
@@ -71,6 +72,7 @@ __device__ __forceinline__ int warp_min(int v, unsigned mask = 0xFFFFFFFFu) {
 // Grid (tokens, 64 / 16): one warp per head. Writes the prepared float query, its integer codes at the head's
 // lowest-bit exponent fq, and a per-head flag (integer codes exact: |code| <= 127, fq in range).
 __global__ void __launch_bounds__(kPrepareHeadsPerBlock * 32) prepare_kernel(PrepareParams p) {
+  wait_for_previous_grid();
   __shared__ float buf[kPrepareHeadsPerBlock][kIndexerDim];
   const unsigned token = blockIdx.x;
   const unsigned warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -151,8 +153,8 @@ __global__ void __launch_bounds__(kPrepareHeadsPerBlock * 32) prepare_kernel(Pre
 
 cudaError_t launch_prepare_queries(const PrepareParams& p, cudaStream_t stream) {
   if (p.tokens == 0) return cudaSuccess;
-  prepare_kernel<<<dim3(p.tokens, kIndexerMaxHeads / kPrepareHeadsPerBlock), kPrepareHeadsPerBlock * 32, 0, stream>>>(p);
-  return cudaGetLastError();
+  return launch_after_previous(prepare_kernel, dim3(p.tokens, kIndexerMaxHeads / kPrepareHeadsPerBlock),
+                               dim3(kPrepareHeadsPerBlock * 32), 0, stream, p);
 }
 
 }  // namespace kvcompact::cuda::dsv4::detail

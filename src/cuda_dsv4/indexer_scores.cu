@@ -14,6 +14,7 @@
 #include "indexer_rows16.cuh"
 #include "kernels_device.cuh"
 #include "kernels_params.hpp"
+#include "pdl.cuh"
 
 namespace kvcompact::cuda::dsv4::detail {
 
@@ -187,6 +188,7 @@ enum class ScorePath { Bf16Rows, Fp8Rows, Mxfp4Codes };
 
 template <ScorePath kPath>
 __global__ void __launch_bounds__(kScoreThreads, 4) score_kernel(ScoreParams p) {
+  wait_for_previous_grid();
   extern __shared__ __align__(16) std::uint8_t smem_raw[];
   ScoreSmem& sm = *reinterpret_cast<ScoreSmem*>(smem_raw);
   const unsigned token = blockIdx.y;
@@ -507,14 +509,10 @@ ScoreKernelInfo prepare_indexer_scores() {
 cudaError_t launch_indexer_scores(const ScoreParams& p, cudaStream_t stream) {
   if (p.count == 0 || p.blocks_per_token == 0) return cudaSuccess;
   const dim3 grid(p.blocks_per_token, p.count);
-  if (p.storage == kIdxBf16) {
-    score_kernel<ScorePath::Bf16Rows><<<grid, kScoreThreads, sizeof(ScoreSmem), stream>>>(p);
-  } else if (p.storage == kIdxFp8) {
-    score_kernel<ScorePath::Fp8Rows><<<grid, kScoreThreads, sizeof(ScoreSmem), stream>>>(p);
-  } else {
-    score_kernel<ScorePath::Mxfp4Codes><<<grid, kScoreThreads, sizeof(ScoreSmem), stream>>>(p);
-  }
-  return cudaGetLastError();
+  auto kernel = p.storage == kIdxBf16  ? score_kernel<ScorePath::Bf16Rows>
+                : p.storage == kIdxFp8 ? score_kernel<ScorePath::Fp8Rows>
+                                       : score_kernel<ScorePath::Mxfp4Codes>;
+  return launch_after_previous(kernel, grid, dim3(kScoreThreads), sizeof(ScoreSmem), stream, p);
 }
 
 }  // namespace kvcompact::cuda::dsv4::detail

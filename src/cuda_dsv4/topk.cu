@@ -23,6 +23,7 @@
 #include <cub/block/block_scan.cuh>
 
 #include "kernels_params.hpp"
+#include "pdl.cuh"
 
 namespace kvcompact::cuda::dsv4::detail {
 
@@ -119,6 +120,7 @@ __device__ __forceinline__ void count_warp(bool counted, std::uint32_t bin, std:
 // block's own).
 template <unsigned Cluster>
 __global__ void __launch_bounds__(kThreads, 1) topk_kernel(TopkParams p) {
+  wait_for_previous_grid();
   extern __shared__ __align__(16) std::uint8_t smem_raw[];
   TopkSmem& sm = *reinterpret_cast<TopkSmem*>(smem_raw);
   cg::cluster_group cluster = cg::this_cluster();
@@ -270,6 +272,7 @@ __global__ void __launch_bounds__(kThreads, 1) topk_kernel(TopkParams p) {
 }
 
 // Launch with `Cluster` blocks per token (a runtime cluster dimension; 16 needs the non-portable size).
+// attr must hold two attributes: the cluster shape and the overlap with the previous kernel (pdl.cuh).
 template <unsigned Cluster>
 cudaLaunchConfig_t cluster_config(const TopkParams& p, cudaStream_t stream, cudaLaunchAttribute* attr) {
   cudaLaunchConfig_t config{};
@@ -277,12 +280,13 @@ cudaLaunchConfig_t cluster_config(const TopkParams& p, cudaStream_t stream, cuda
   config.blockDim = dim3(kThreads);
   config.dynamicSmemBytes = sizeof(TopkSmem);
   config.stream = stream;
-  attr->id = cudaLaunchAttributeClusterDimension;
-  attr->val.clusterDim.x = Cluster;
-  attr->val.clusterDim.y = 1;
-  attr->val.clusterDim.z = 1;
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = Cluster;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  attr[1] = overlap_with_previous_attribute();
   config.attrs = attr;
-  config.numAttrs = 1;
+  config.numAttrs = 2;
   return config;
 }
 
@@ -304,8 +308,9 @@ int max_active_clusters() {
     }
     TopkParams probe{};
     probe.count = 1;
-    cudaLaunchAttribute attr{};
-    const cudaLaunchConfig_t config = cluster_config<Cluster>(probe, nullptr, &attr);
+    cudaLaunchAttribute attr[2]{};
+    cudaLaunchConfig_t config = cluster_config<Cluster>(probe, nullptr, attr);
+    config.numAttrs = 1;  // (the cluster shape only)
     int n = 0;
     if (cudaOccupancyMaxActiveClusters(&n, topk_kernel<Cluster>, &config) != cudaSuccess) {
       (void)cudaGetLastError();
@@ -320,8 +325,8 @@ template <unsigned Cluster>
 cudaError_t launch_clusters(const TopkParams& p, cudaStream_t stream) {
   const cudaError_t e = set_kernel_attributes<Cluster>();
   if (e != cudaSuccess) return e;
-  cudaLaunchAttribute attr{};
-  const cudaLaunchConfig_t config = cluster_config<Cluster>(p, stream, &attr);
+  cudaLaunchAttribute attr[2]{};
+  const cudaLaunchConfig_t config = cluster_config<Cluster>(p, stream, attr);
   return cudaLaunchKernelEx(&config, topk_kernel<Cluster>, p);
 }
 
@@ -342,8 +347,7 @@ cudaError_t launch_topk(const TopkParams& p, std::uint32_t multiprocessors, cuda
   if (std::uint64_t{p.count} * 8 <= 2ull * multiprocessors) return launch_clusters<8>(p, stream);
   const cudaError_t e = set_kernel_attributes<1>();
   if (e != cudaSuccess) return e;
-  topk_kernel<1><<<p.count, kThreads, sizeof(TopkSmem), stream>>>(p);
-  return cudaGetLastError();
+  return launch_after_previous(topk_kernel<1>, dim3(p.count), dim3(kThreads), sizeof(TopkSmem), stream, p);
 }
 
 }  // namespace kvcompact::cuda::dsv4::detail
