@@ -24,7 +24,7 @@
 #include "kernels_device.cuh"
 #include "kernels_params.hpp"
 #include "pdl.cuh"
-#include "wgmma.cuh"
+#include "cuda/wgmma.cuh"
 
 namespace kvcompact::cuda::dsv4::detail {
 

@@ -9,7 +9,7 @@
 #include <cstdint>
 
 #include "kernels_params.hpp"
-#include "wgmma.cuh"
+#include "cuda/wgmma.cuh"
 
 namespace kvcompact::cuda::dsv4::detail {
 

@@ -1,4 +1,4 @@
-// The wgmma helpers (src/cuda_dsv4/wgmma.cuh) against a CPU product: S = Q K^T and O = P V from SW128
+// The wgmma helpers (src/cuda/wgmma.cuh) against a CPU product: S = Q K^T and O = P V from SW128
 // shared-memory tiles, for several descriptor byte-offset conventions. Small integer fp16 inputs make every
 // product and sum exact, so results must equal the CPU's exactly. The expected conventions are K-major
 // (leading 16, stride 1024) and MN-major (leading 8192 = the next 64-column block, stride 1024); the test prints

@@ -11,6 +11,8 @@
 // operand (rows = M or N, columns = K: Q and the key tile in QK^T) and as an MN-major one (rows = K, columns = N:
 // the value tile in PV, with the transpose flag).
 //
+// Used by the DeepSeek-V4 sparse attention (src/cuda_dsv4/attention_wgmma.cu) and the TurboQuant prefill kernel
+// (tq_prefill_wgmma.cu); in namespace kvcompact::cuda, which encloses both modules' namespaces.
 // tests/cuda_dsv4/wgmma_test.cpp checks these conventions against a CPU product (on the H200: K-major descriptors
 // with leading 16 / stride 1024 and MN-major ones with leading 8192 / stride 1024 match; swapped ones do not).
 #pragma once
@@ -19,7 +21,7 @@
 
 #include <cstdint>
 
-namespace kvcompact::cuda::dsv4::detail {
+namespace kvcompact::cuda {
 
 // Byte offset of element (row, col) in an SW128 matrix of `rows` rows.
 __host__ __device__ constexpr std::uint32_t sw128_offset(std::uint32_t row, std::uint32_t col, std::uint32_t rows) {
@@ -103,4 +105,4 @@ __device__ __forceinline__ void wgmma_m64n64k16_rs(float (&d)[32], const std::ui
 #undef KVC_WGMMA_D32
 #undef KVC_WGMMA_D32_OPERANDS
 
-}  // namespace kvcompact::cuda::dsv4::detail
+}  // namespace kvcompact::cuda
