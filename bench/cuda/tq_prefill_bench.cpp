@@ -1,6 +1,7 @@
 // CUDA chunked-prefill attention benchmark: one 2048-token chunk (queries at positions [ctx, ctx + 2048)) over
 // a sequence of ctx cached tokens plus the chunk itself, Llama-3-8B heads (32 query / 8 KV heads, d 128),
-// batch 1, contexts 8K / 32K / 128K, the recommended and the seed mode, both P precisions. Layer contents are
+// batch 1, contexts 8K / 32K / 128K, the recommended and the seed mode, both P precisions; where the plan picks
+// the warpgroup kernel (head_dim 128, MSE keys: the recommended mode) the portable one is timed beside it. Layer contents are
 // random codes and norms (bench/cuda/fill.cu); times are the median of CUDA-event-timed launches after
 // warm-up. Prints a table and writes CSV (--csv FILE); scripts/gpu/steps/tq_prefill.sh runs it next to the
 // bf16 torch SDPA baseline (scripts/gpu/sdpa_prefill_baseline.py) with the same FLOP count.
@@ -51,7 +52,7 @@ int main(int argc, char** argv) {
   const bool only = !only_mode.empty();
   const cuda::DeviceProperties props = bench::require_device();
   FILE* csv = csv_path.empty() ? nullptr : std::fopen(csv_path.c_str(), "w");
-  if (csv != nullptr) std::fprintf(csv, "kind,mode,precision,context,chunk,us,tflops,kv_bytes\n");
+  if (csv != nullptr) std::fprintf(csv, "kind,mode,precision,kernel,context,chunk,us,tflops,kv_bytes\n");
 
   const std::uint32_t head_dim = 128, kv_heads = 8, q_heads = 32;
   struct Mode {
@@ -63,8 +64,8 @@ int main(int argc, char** argv) {
   if (quick) contexts = {8192, 32768};
   if (only) contexts = {only_ctx};
   const cuda::tq::PrefillPrecision precisions[] = {cuda::tq::PrefillPrecision::HiLo, cuda::tq::PrefillPrecision::Fast};
-  std::printf("\n%-12s %-5s %7s %6s %10s %8s %7s %5s\n", "mode", "prec", "context", "chunk", "us", "TFLOP/s",
-              "rows/blk", "occ");
+  std::printf("\n%-12s %-5s %-9s %7s %6s %10s %8s %7s %5s\n", "mode", "prec", "kernel", "context", "chunk", "us",
+              "TFLOP/s", "rows/blk", "occ");
   for (const Mode& mode : modes) {
     if (only && only_mode != mode.name) continue;
     auto codec = take(tq::LayerCodec::create(head_dim, mode.config, 0), "LayerCodec::create");
@@ -101,18 +102,28 @@ int main(int argc, char** argv) {
         auto plan = take(cuda::tq::plan_prefill(layout, mode.config, q_heads, chunk, length, props.multiprocessors,
                                                 precision),
                          "plan_prefill");
-        const int iters = ctx >= 131072 ? 8 : 15;
-        const double us = median_us(2, only ? 3 : iters, [&] {
-          BENCH_CHECK(cuda::tq::prefill_attention(plan, dcodec, layer.data(), args, nullptr));
-        });
-        const double tflops = flops / (us * 1e6);
-        const char* pname = precision == cuda::tq::PrefillPrecision::HiLo ? "hilo" : "fast";
-        std::printf("%-12s %-5s %7u %6u %10.1f %8.1f %7u %5d\n", mode.name, pname, ctx, chunk, us, tflops,
-                    plan.block_rows, plan.blocks_per_sm);
-        if (csv != nullptr) {
-          std::fprintf(csv, "prefill,%s,%s,%u,%u,%.3f,%.2f,%llu\n", mode.name, pname, ctx, chunk, us, tflops,
-                       static_cast<unsigned long long>(kv_bytes));
-          std::fflush(csv);
+        std::vector<cuda::tq::PrefillPlan> plans = {plan};
+        if (plan.kernel == cuda::tq::PrefillKernel::Warpgroup && !only) {
+          plans.push_back(take(cuda::tq::plan_prefill(layout, mode.config, q_heads, chunk, length,
+                                                      props.multiprocessors, precision,
+                                                      cuda::tq::PrefillKernel::Portable),
+                               "plan_prefill (portable)"));
+        }
+        for (const cuda::tq::PrefillPlan& kplan : plans) {
+          const int iters = ctx >= 131072 ? 8 : 15;
+          const double us = median_us(2, only ? 3 : iters, [&] {
+            BENCH_CHECK(cuda::tq::prefill_attention(kplan, dcodec, layer.data(), args, nullptr));
+          });
+          const double tflops = flops / (us * 1e6);
+          const char* pname = precision == cuda::tq::PrefillPrecision::HiLo ? "hilo" : "fast";
+          const char* kname = kplan.kernel == cuda::tq::PrefillKernel::Warpgroup ? "warpgroup" : "portable";
+          std::printf("%-12s %-5s %-9s %7u %6u %10.1f %8.1f %7u %5d\n", mode.name, pname, kname, ctx, chunk, us,
+                      tflops, kplan.block_rows, kplan.blocks_per_sm);
+          if (csv != nullptr) {
+            std::fprintf(csv, "prefill,%s,%s,%s,%u,%u,%.3f,%.2f,%llu\n", mode.name, pname, kname, ctx, chunk, us,
+                         tflops, static_cast<unsigned long long>(kv_bytes));
+            std::fflush(csv);
+          }
         }
       }
       std::vector<float> out(16);

@@ -30,6 +30,7 @@ struct PrefillParams {
   std::uint32_t tiles;             // blocks along the query tokens (grid x)
   std::uint32_t batch;
   std::uint32_t key_code_bits, value_bits, qjl, split_p;
+  std::uint32_t wgmma;  // 1: the warpgroup-MMA kernel (tq_prefill_wgmma.cu), 0: the mma.sync one (tq_prefill.cu)
   std::uint32_t kc_bytes, ks_bytes, vc_bytes;  // packed bytes per token of key codes, key signs, value codes
   float scale_log2;  // softmax scale · log2(e)
 };
@@ -43,7 +44,14 @@ std::uint32_t prefill_smem_bytes(std::uint32_t head_dim, bool qjl);
 cudaError_t prepare_prefill(std::uint32_t head_dim, bool qjl, bool split_p);
 // Resident blocks per multiprocessor (occupancy calculator; 0 when there is no kernel).
 int prefill_blocks_per_sm(std::uint32_t head_dim, bool qjl, bool split_p);
-// The fused prefill kernel on `stream`; grid (tiles, kv_heads · head_groups, batch).
+// The fused prefill kernel on `stream` (p.wgmma picks which); grid (tiles, kv_heads · head_groups, batch).
 cudaError_t launch_prefill(const PrefillParams& p, cudaStream_t stream);
+
+// The warpgroup-MMA kernel (tq_prefill_wgmma.cu, sm_90a): head_dim 128 with MSE keys only; 128 rows per block.
+bool prefill_wgmma_supported(std::uint32_t head_dim, bool qjl);
+std::uint32_t prefill_wgmma_block_rows();
+cudaError_t prepare_prefill_wgmma(bool split_p);
+int prefill_wgmma_blocks_per_sm(bool split_p);
+cudaError_t launch_prefill_wgmma(const PrefillParams& p, cudaStream_t stream);
 
 }  // namespace kvcompact::cuda::tq::detail

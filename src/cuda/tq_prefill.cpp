@@ -25,11 +25,22 @@ bool prefill_supported(std::uint32_t head_dim, const kvcompact::tq::QuantConfig&
 
 Result<PrefillPlan> plan_prefill(const LayerLayout& layout, const kvcompact::tq::QuantConfig& config,
                                  std::uint32_t q_heads, std::uint32_t max_rows, std::uint32_t max_length,
-                                 int multiprocessors, PrefillPrecision precision) {
+                                 int multiprocessors, PrefillPrecision precision, PrefillKernel kernel) {
   KVC_TRY(detail::check_plan_heads_and_mode(layout, config, q_heads, prefill_supported(layout.head_dim, config), "prefill"));
   if (precision != PrefillPrecision::HiLo && precision != PrefillPrecision::Fast) {
     return make_error(ErrorCode::InvalidArgument, "unknown prefill precision {}", static_cast<int>(precision));
   }
+  if (kernel != PrefillKernel::Auto && kernel != PrefillKernel::Portable && kernel != PrefillKernel::Warpgroup) {
+    return make_error(ErrorCode::InvalidArgument, "unknown prefill kernel {}", static_cast<int>(kernel));
+  }
+  const bool qjl = config.has_qjl();
+  const bool wgmma_exists = detail::prefill_wgmma_supported(layout.head_dim, qjl);
+  if (kernel == PrefillKernel::Warpgroup && !wgmma_exists) {
+    return make_error(ErrorCode::Unsupported,
+                      "the warpgroup prefill kernel needs head_dim 128 and keys without QJL (head_dim {}, {})",
+                      layout.head_dim, qjl ? "QJL keys" : "MSE keys");
+  }
+  const bool use_wgmma = kernel == PrefillKernel::Warpgroup || (kernel == PrefillKernel::Auto && wgmma_exists);
   if (max_rows == 0) {
     return make_error(ErrorCode::InvalidArgument, "max_rows must be at least 1 (a prefill chunk has rows)");
   }
@@ -41,13 +52,14 @@ Result<PrefillPlan> plan_prefill(const LayerLayout& layout, const kvcompact::tq:
     return make_error(ErrorCode::OutOfRange, "max_rows {} exceeds max_length {} (query rows need stored keys)",
                       max_rows, max_length);
   }
-  const bool qjl = config.has_qjl();
-  const std::uint32_t block_rows = detail::prefill_block_rows(layout.head_dim, qjl);
+  const std::uint32_t block_rows =
+      use_wgmma ? detail::prefill_wgmma_block_rows() : detail::prefill_block_rows(layout.head_dim, qjl);
   const std::uint32_t group = q_heads / layout.kv_heads;
   PrefillPlan plan;
   plan.layout = layout;
   plan.config = config;
   plan.precision = precision;
+  plan.kernel = use_wgmma ? PrefillKernel::Warpgroup : PrefillKernel::Portable;
   plan.q_heads = q_heads;
   plan.max_rows = max_rows;
   plan.max_length = max_length;
@@ -68,8 +80,13 @@ Result<PrefillPlan> plan_prefill(const LayerLayout& layout, const kvcompact::tq:
   }
   plan.tiles = static_cast<std::uint32_t>(tiles);
   const bool split_p = precision == PrefillPrecision::HiLo;
-  KVC_CUDA_TRY(detail::prepare_prefill(layout.head_dim, qjl, split_p));
-  plan.blocks_per_sm = detail::prefill_blocks_per_sm(layout.head_dim, qjl, split_p);
+  if (use_wgmma) {
+    KVC_CUDA_TRY(detail::prepare_prefill_wgmma(split_p));
+    plan.blocks_per_sm = detail::prefill_wgmma_blocks_per_sm(split_p);
+  } else {
+    KVC_CUDA_TRY(detail::prepare_prefill(layout.head_dim, qjl, split_p));
+    plan.blocks_per_sm = detail::prefill_blocks_per_sm(layout.head_dim, qjl, split_p);
+  }
   (void)multiprocessors;
   plan.workspace_bytes = 0;
   return plan;
@@ -125,6 +142,7 @@ Status prefill_attention(const PrefillPlan& plan, const DeviceCodec& codec, cons
   p.value_bits = plan.config.value_bits;
   p.qjl = plan.config.has_qjl() ? 1u : 0u;
   p.split_p = plan.precision == PrefillPrecision::HiLo ? 1u : 0u;
+  p.wgmma = plan.kernel == PrefillKernel::Warpgroup ? 1u : 0u;
   p.kc_bytes = layout.token.key_codes;
   p.ks_bytes = layout.token.key_signs;
   p.vc_bytes = layout.token.value_codes;

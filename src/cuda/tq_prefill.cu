@@ -11,21 +11,15 @@
 
 #include <cstdint>
 
+#include "prefill_device.cuh"
 #include "prefill_params.hpp"
 
 namespace kvcompact::cuda::tq::detail {
 
 namespace {
 
-constexpr float kLog2e = 1.4426950408889634f;
-// Queries are scaled to max |x| = 2^10 before the fp16 hi / lo split (so lo parts stay normal numbers);
-// P' = p · n_v / R · 2^15 ∈ [0, 2^15] (fp16 max is 65504). Both scales are divided out in fp32.
-constexpr float kQScale = 1024.0f;
-constexpr float kPScale = 32768.0f;
+using namespace prefill;
 constexpr unsigned kBN = 32;  // key / value tokens per pipeline tile
-
-constexpr unsigned round16(unsigned x) { return (x + 15u) & ~15u; }
-constexpr unsigned cmax(unsigned a, unsigned b) { return a > b ? a : b; }
 
 // Warps per block (16 query rows each) of the head_dim-128 instances; overridable at compile time for tuning.
 #ifndef KVC_PREFILL_WARPS_128
@@ -51,15 +45,7 @@ struct Cfg {
   static constexpr unsigned q_area = cmax(qsplit * 2u * (QJL ? 2u : 1u), kRows * D * 4u);
   static constexpr unsigned tile = kBN * kRowBytes;
   static constexpr unsigned tiles = tile * (QJL ? 3u : 2u);  // key codes, (signs), values
-  // Staging of one tile's packed bytes, sized for the widest mode (5-bit key codes, 4-bit values); each region
-  // keeps room for the 16-byte chunk alignment at both ends.
-  static constexpr unsigned st_kc = round16(kBN * (D * 5u / 8u) + 32u);
-  static constexpr unsigned st_ks = round16(kBN * (D / 8u) + 32u);
-  static constexpr unsigned st_kn = round16(kBN * 4u + 32u);
-  static constexpr unsigned st_kr = round16(kBN * 2u + 32u);
-  static constexpr unsigned st_vc = round16(kBN * (D / 2u) + 32u);
-  static constexpr unsigned st_vn = round16(kBN * 4u + 32u);
-  static constexpr unsigned stage = st_kc + st_ks + st_kn + st_kr + st_vc + st_vn;
+  static constexpr unsigned stage = StageLayout<D, QJL, kBN>::bytes;  // one staged tile of packed bytes
   // kscale, sscale, vfac [kBN]; rowfac_c, rowfac_s, row_m, row_l, row_limit [kRows]; two 32-entry fp16 lookup
   // tables, two 64-entry pair tables (half2 of two coordinates) and the 16-entry sign table (uint2); misc
   // (running value-norm maximum R, rescale ratio).
@@ -71,12 +57,6 @@ struct Cfg {
   static_assert(kWarps * 2u * D * 4u <= tiles, "query preparation scratch must fit in the tile area");
   static_assert(total <= 227u * 1024u, "shared memory of one block");
 };
-
-__device__ inline std::uint32_t exact_begin(std::uint32_t length, std::uint32_t window_begin, std::uint32_t w) {
-  if (w == 0) return length;
-  const std::uint32_t recent = length > w ? length - w : 0u;
-  return min(length, max(window_begin, recent));
-}
 
 __device__ inline void mma16816(float (&d)[4], const uint4& a, std::uint32_t b0, std::uint32_t b1) {
   asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
@@ -98,30 +78,6 @@ __device__ inline void ldmatrix_x4_trans(std::uint32_t (&r)[4], const void* smem
                : "r"(s));
 }
 
-__device__ inline void cp_async16(void* smem, const void* gmem) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
-}
-__device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-__device__ inline void cp_async_wait1() { asm volatile("cp.async.wait_group 1;\n" ::); }
-
-// 2^x for x ≤ 0 (or −∞ → 0) with one ex2.approx (relative error ≈ 2⁻²²), the softmax weights' hot path.
-__device__ inline float fast_exp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-
-__device__ inline std::uint32_t half2_bits(__half2 h) { return *reinterpret_cast<const std::uint32_t*>(&h); }
-
-// fp16 hi part of (a, b) and the fp16 rounding of the remainders.
-__device__ inline void split_pair(float a, float b, std::uint32_t& hi, std::uint32_t& lo) {
-  const __half2 h = __floats2half2_rn(a, b);
-  const float2 hf = __half22float2(h);
-  hi = half2_bits(h);
-  lo = half2_bits(__floats2half2_rn(a - hf.x, b - hf.y));
-}
-
 // Index of the 32-bit word holding element (row r, column j, j even) of a [rows, D] fp16 matrix stored in the
 // A-fragment order of mma.m16n8k16: [warp][k-step][lane][4 registers].
 template <int D>
@@ -131,90 +87,6 @@ __device__ inline unsigned frag_word(unsigned r, unsigned j) {
   const unsigned reg = (rr >> 3) + 2u * (jj >> 3);
   return ((w * (D / 16) + kk) * 32u + lane) * 4u + reg;
 }
-
-// One region's tokens [t0, t0 + cnt) as 16-byte cp.async chunks covering them (up to 15 bytes past the last
-// record: inside the next region or the layer buffer's documented slack).
-template <unsigned kThreads>
-__device__ inline void stage_region(std::uint8_t* dst, const std::uint8_t* region, std::uint64_t first,
-                                    std::uint32_t cnt, std::uint32_t bpt) {
-  if (bpt == 0) return;
-  const std::uintptr_t start = reinterpret_cast<std::uintptr_t>(region) + first * bpt;
-  const std::uintptr_t aligned = start & ~static_cast<std::uintptr_t>(15);
-  const std::uint32_t bytes = static_cast<std::uint32_t>(start - aligned) + cnt * bpt;
-  const std::uint32_t chunks = (bytes + 15u) / 16u;
-  for (std::uint32_t i = threadIdx.x; i < chunks; i += kThreads) {
-    cp_async16(dst + 16u * i, reinterpret_cast<const void*>(aligned + 16u * i));
-  }
-}
-__device__ inline const std::uint8_t* staged_row0(const std::uint8_t* dst, const std::uint8_t* region,
-                                                  std::uint64_t first, std::uint32_t bpt) {
-  const std::uintptr_t start = reinterpret_cast<std::uintptr_t>(region) + first * bpt;
-  return dst + (start & 15u);
-}
-
-template <int D, bool QJL>
-struct Stage {
-  std::uint8_t *kc, *ks, *kn, *kr, *vc, *vn;
-  __device__ explicit Stage(std::uint8_t* base) {
-    using C = Cfg<D, QJL>;
-    kc = base;
-    ks = kc + C::st_kc;
-    kn = ks + C::st_ks;
-    kr = kn + C::st_kn;
-    vc = kr + C::st_kr;
-    vn = vc + C::st_vc;
-  }
-};
-
-template <int D, bool QJL>
-__device__ inline void load_tile(const PrefillParams& p, std::uint8_t* base, std::uint64_t first, std::uint32_t cnt) {
-  using C = Cfg<D, QJL>;
-  const Stage<D, QJL> s(base);
-  stage_region<C::kThreads>(s.kc, p.layer + p.key_codes, first, cnt, p.kc_bytes);
-  if constexpr (QJL) {
-    stage_region<C::kThreads>(s.ks, p.layer + p.key_signs, first, cnt, p.ks_bytes);
-    stage_region<C::kThreads>(s.kr, p.layer + p.key_rho, first, cnt, 2u);
-  }
-  stage_region<C::kThreads>(s.kn, p.layer + p.key_norms, first, cnt, 4u);
-  stage_region<C::kThreads>(s.vc, p.layer + p.value_codes, first, cnt, p.vc_bytes);
-  stage_region<C::kThreads>(s.vn, p.layer + p.value_norms, first, cnt, 4u);
-}
-
-// The 32 (five = false) or 40 bits at byte offset `off` of a 4-byte-aligned shared-memory region: two or three
-// aligned word loads and funnel shifts instead of one load per byte (stage regions keep ≥ 16 bytes of room
-// past their data, so the extra word is inside the region).
-__device__ inline std::uint64_t load_bits(const std::uint8_t* base, std::uint32_t off, bool five) {
-  const std::uint32_t* w = reinterpret_cast<const std::uint32_t*>(base + (off & ~3u));
-  const std::uint32_t sh = 8u * (off & 3u);
-  const std::uint32_t lo = __funnelshift_r(w[0], w[1], sh);
-  const std::uint32_t hi = five ? __funnelshift_r(w[1], w[2], sh) : 0u;
-  return static_cast<std::uint64_t>(lo) | (static_cast<std::uint64_t>(hi) << 32);
-}
-
-// Codes of 8 coordinates (a byte-aligned group of `bits` bytes at byte offset `off`) → 8 fp16 centroids. Code
-// widths ≤ 3 look a pair of coordinates up at once (≤ 64-entry half2 table), 4 and 5 bits single coordinates.
-__device__ inline uint4 dequant_group(const std::uint8_t* base, std::uint32_t off, std::uint32_t bits,
-                                      const unsigned short* lut, const std::uint32_t* lut_pair) {
-  const std::uint64_t w = load_bits(base, off, bits == 5);
-  std::uint32_t out[4];
-  if (bits <= 3) {
-    const std::uint32_t pmask = (1u << (2u * bits)) - 1u;
-#pragma unroll
-    for (unsigned k = 0; k < 4; ++k) out[k] = lut_pair[static_cast<std::uint32_t>(w >> (2u * k * bits)) & pmask];
-  } else {
-    const std::uint32_t mask = (1u << bits) - 1u;
-#pragma unroll
-    for (unsigned k = 0; k < 4; ++k) {
-      const std::uint32_t i0 = static_cast<std::uint32_t>(w >> ((2u * k) * bits)) & mask;
-      const std::uint32_t i1 = static_cast<std::uint32_t>(w >> ((2u * k + 1u) * bits)) & mask;
-      out[k] = static_cast<std::uint32_t>(lut[i0]) | (static_cast<std::uint32_t>(lut[i1]) << 16);
-    }
-  }
-  return make_uint4(out[0], out[1], out[2], out[3]);
-}
-
-// fp16 ±1 of a sign bit (bit 1 ⇔ +1 = 0x3C00, bit 0 ⇔ −1 = 0xBC00).
-__device__ inline std::uint32_t sign_half(std::uint32_t bit) { return 0xBC00u ^ (bit << 15); }
 
 template <int D, bool QJL, bool SPLITP>
 __global__ void __launch_bounds__(Cfg<D, QJL>::kThreads, Cfg<D, QJL>::kMinBlocks) prefill_kernel(PrefillParams p) {
@@ -250,116 +122,30 @@ __global__ void __launch_bounds__(Cfg<D, QJL>::kThreads, Cfg<D, QJL>::kMinBlocks
   const unsigned tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5;
   const unsigned g = lane >> 2, c = lane & 3u;
 
-  const std::uint32_t entry = blockIdx.z;
-  const std::uint32_t kvh = blockIdx.y / p.head_groups;
-  const std::uint32_t hg = blockIdx.y % p.head_groups;
-  const std::uint32_t seq = p.seqs != nullptr ? p.seqs[entry] : entry;
-  if (seq >= p.sequences) return;  // a bad device index: nothing is read or written
-  const std::uint32_t nrows = p.rows[entry];
-  const std::uint32_t tok0 = blockIdx.x * p.tokens_per_block;
-  if (tok0 >= nrows) return;
-  std::uint64_t row_base = 0;
-  for (std::uint32_t e = 0; e < entry; ++e) row_base += p.rows[e];
-  const std::uint32_t first = p.first_positions[entry];
-  // Clamping to the capacity keeps every read inside the layer buffer even for lengths the caller got wrong.
-  const std::uint32_t length = min(p.lengths[seq], p.capacity);
-  const std::uint32_t wb = p.window_begins != nullptr ? p.window_begins[seq] : 0u;
-  const std::uint32_t eb = exact_begin(length, wb, p.window);
-  const std::uint32_t ntok = min(p.tokens_per_block, nrows - tok0);
-  const std::uint64_t last_end = static_cast<std::uint64_t>(first) + tok0 + ntok;  // exclusive, block's rows
-  const std::uint32_t kend = static_cast<std::uint32_t>(min(last_end, static_cast<std::uint64_t>(eb)));
-  const std::uint32_t hb = p.heads_per_block;
-  const std::uint64_t slot0 = (static_cast<std::uint64_t>(seq) * p.kv_heads + kvh) * p.capacity;
-  const std::uint32_t ntiles = (kend + kBN - 1u) / kBN;
+  BlockRange blk;
+  if (!blk.init(p, kBN)) return;
+  const std::uint32_t kend = blk.kend, ntiles = blk.ntiles;
+  const std::uint64_t slot0 = blk.slot0;
 
   // First tile's bytes in flight while the queries are prepared.
-  if (ntiles > 0) load_tile<D, QJL>(p, stage0, slot0, min(kBN, kend));
+  if (ntiles > 0) load_tile<D, QJL, kBN, kThreads>(p, stage0, slot0, min(kBN, kend));
   cp_async_commit();
 
-  for (unsigned r = tid; r < kRows; r += kThreads) {
-    const std::uint32_t tl = r / hb, hl = r % hb;
-    const bool valid = tl < ntok && hg * hb + hl < p.group;
-    const std::uint64_t pos1 = static_cast<std::uint64_t>(first) + tok0 + tl + 1u;
-    row_limit[r] = valid ? static_cast<std::uint32_t>(min(pos1, static_cast<std::uint64_t>(kend))) : 0u;
-  }
-  if (tid < 32) {
-    lut_k[tid] = __half_as_ushort(__float2half_rn(t.key_lut_scale * t.key_centroids[tid]));
-    lut_v[tid] = __half_as_ushort(__float2half_rn(t.value_lut_scale * t.value_centroids[tid]));
-  }
-  if (tid < 64) {
-    // Pair tables (used for code widths ≤ 3 only): entry e = (code of the higher coordinate) · 2^bits + (code
-    // of the lower one); the lower coordinate is the low half.
-    const std::uint32_t cb = min(p.key_code_bits, 3u), vb = min(p.value_bits, 3u);
-    const std::uint32_t ek0 = tid & ((1u << cb) - 1u), ek1 = (tid >> cb) & ((1u << cb) - 1u);
-    const std::uint32_t ev0 = tid & ((1u << vb) - 1u), ev1 = (tid >> vb) & ((1u << vb) - 1u);
-    pair_k[tid] = half2_bits(__floats2half2_rn(t.key_lut_scale * t.key_centroids[ek0],
-                                               t.key_lut_scale * t.key_centroids[ek1]));
-    pair_v[tid] = half2_bits(__floats2half2_rn(t.value_lut_scale * t.value_centroids[ev0],
-                                               t.value_lut_scale * t.value_centroids[ev1]));
-  }
-  if (tid < 16) {
-    lut_s[tid] = make_uint2(sign_half(tid & 1u) | (sign_half((tid >> 1) & 1u) << 16),
-                            sign_half((tid >> 2) & 1u) | (sign_half((tid >> 3) & 1u) << 16));
-  }
+  for (unsigned r = tid; r < kRows; r += kThreads) row_limit[r] = blk.row_limit(r, p);
+  fill_luts(Luts{lut_k, lut_v, pair_k, pair_v, lut_s}, t, p, tid);
   if (tid == 0) {
     misc[0] = 0.0f;  // running maximum R of the value norms seen
     misc[1] = 1.0f;  // rescale R_old / R_new of the current tile
   }
 
-  // Query preparation: one warp per row; q_rot = R_p q (and q_jl = R_j q_rot), scaled to max |x| = 2^10,
-  // split into fp16 hi + lo and scattered into fragment order. Scratch rows live in the tile area.
-  {
-    float* x = reinterpret_cast<float*>(kt) + warp * 2u * D;
-    float* y = x + D;
-    for (unsigned r = warp; r < kRows; r += C::kWarps) {
-      const std::uint32_t tl = r / hb, hl = r % hb;
-      const bool valid = tl < ntok && hg * hb + hl < p.group;
-      if (valid) {
-        const std::uint32_t qh = kvh * p.group + hg * hb + hl;
-        const float* q = p.queries + ((row_base + tok0 + tl) * p.q_heads + qh) * D;
-        for (unsigned j = lane; j < D; j += 32) x[j] = q[j];
-        __syncwarp();
-        warp_rotate_forward(x, t, t.main_signs, lane);
-        if constexpr (QJL) {
-          for (unsigned j = lane; j < D; j += 32) y[j] = x[j];
-          __syncwarp();
-          warp_rotate_forward(y, t, t.qjl_signs, lane);
-        }
-      } else {
-        for (unsigned j = lane; j < D; j += 32) {
-          x[j] = 0.0f;
-          y[j] = 0.0f;
-        }
-        __syncwarp();
-      }
-      for (int part = 0; part < (QJL ? 2 : 1); ++part) {
-        const float* v = part == 0 ? x : y;
-        float mx = 0.0f;
-        for (unsigned j = lane; j < D; j += 32) mx = fmaxf(mx, fabsf(v[j]));
-        for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-        const float s = mx > 0.0f ? mx : 1.0f;
-        const float f = kQScale / s;
-        std::uint32_t* hi = part == 0 ? qhi : jhi;
-        std::uint32_t* lo = part == 0 ? qlo : jlo;
-        for (unsigned jp = lane; jp < D / 2; jp += 32) {
-          const unsigned j = 2u * jp;
-          std::uint32_t h, l;
-          split_pair(v[j] * f, v[j + 1] * f, h, l);
-          const unsigned wi = frag_word<D>(r, j);
-          hi[wi] = h;
-          lo[wi] = l;
-        }
-        if (lane == 0) {
-          if (part == 0) {
-            rowfac_c[r] = s / kQScale * p.scale_log2 / t.key_lut_scale;
-          } else {
-            rowfac_s[r] = s / kQScale * p.scale_log2 * t.qjl_scale;
-          }
-        }
-      }
-      __syncwarp();
-    }
-  }
+  // Query rows, scattered into fragment order; scratch rows live in the tile area.
+  prepare_queries<D, QJL, C::kWarps, kRows>(
+      p, t, blk, reinterpret_cast<float*>(kt), rowfac_c, rowfac_s,
+      [&](int part, unsigned r, unsigned j, std::uint32_t h, std::uint32_t l) {
+        const unsigned wi = frag_word<D>(r, j);
+        (part == 0 ? qhi : jhi)[wi] = h;
+        (part == 0 ? qlo : jlo)[wi] = l;
+      });
   __syncthreads();
 
   const unsigned ra = warp * 16u + g, rb = ra + 8u;
@@ -379,7 +165,7 @@ __global__ void __launch_bounds__(Cfg<D, QJL>::kThreads, Cfg<D, QJL>::kMinBlocks
     const std::uint32_t t0 = it * kBN;
     const std::uint32_t cnt = min(kBN, kend - t0);
     if (it + 1 < ntiles) {
-      load_tile<D, QJL>(p, stage0 + ((it + 1u) & 1u) * C::stage, slot0 + t0 + kBN, min(kBN, kend - t0 - kBN));
+      load_tile<D, QJL, kBN, kThreads>(p, stage0 + ((it + 1u) & 1u) * C::stage, slot0 + t0 + kBN, min(kBN, kend - t0 - kBN));
     }
     cp_async_commit();
     cp_async_wait1();
@@ -387,7 +173,7 @@ __global__ void __launch_bounds__(Cfg<D, QJL>::kThreads, Cfg<D, QJL>::kMinBlocks
 
     // ---- dequantise the tile once into fp16 shared-memory tiles ----
     {
-      const Stage<D, QJL> s(stage0 + (it & 1u) * C::stage);
+      const Stage<D, QJL, kBN> s(stage0 + (it & 1u) * C::stage);
       const std::uint64_t first_slot = slot0 + t0;
       const std::uint32_t kc_shift = static_cast<std::uint32_t>(staged_row0(s.kc, p.layer + p.key_codes, first_slot, p.kc_bytes) - s.kc);
       const std::uint32_t vc_shift = static_cast<std::uint32_t>(staged_row0(s.vc, p.layer + p.value_codes, first_slot, p.vc_bytes) - s.vc);
@@ -581,61 +367,7 @@ __global__ void __launch_bounds__(Cfg<D, QJL>::kThreads, Cfg<D, QJL>::kMinBlocks
   }
   __syncthreads();
 
-  const float* wkeys = reinterpret_cast<const float*>(p.layer + p.window_keys);
-  const float* wvals = reinterpret_cast<const float*>(p.layer + p.window_values);
-  const std::uint64_t ring0 = (static_cast<std::uint64_t>(seq) * p.kv_heads + kvh) * p.window;
-  for (unsigned r = warp; r < kRows; r += C::kWarps) {
-    const std::uint32_t tl = r / hb, hl = r % hb;
-    if (!(tl < ntok && hg * hb + hl < p.group)) continue;
-    const std::uint32_t qh = kvh * p.group + hg * hb + hl;
-    const std::uint64_t grow = row_base + tok0 + tl;
-    const std::uint64_t pos = static_cast<std::uint64_t>(first) + tok0 + tl;
-    float* x = obuf + r * D;
-    warp_rotate_inverse(x, t, t.main_signs, lane);
-    const float mm = row_m[r], lm = row_l[r];
-    // Exact window rows [eb, min(pos + 1, length)) in fp32 (original space), online softmax per warp.
-    float mw = -INFINITY, lw = 0.0f;
-    float accw[D / 32];
-    float qv[D / 32];
-#pragma unroll
-    for (unsigned i = 0; i < D / 32; ++i) accw[i] = qv[i] = 0.0f;
-    const std::uint64_t wend = min(pos + 1u, static_cast<std::uint64_t>(length));
-    if (p.window > 0 && eb < wend) {
-      const float* q = p.queries + (grow * p.q_heads + qh) * D;
-#pragma unroll
-      for (unsigned i = 0; i < D / 32; ++i) qv[i] = q[lane + 32u * i];
-      for (std::uint32_t tp = eb; tp < wend; ++tp) {
-        const std::uint64_t wrow = (ring0 + tp % p.window) * D;
-        float s = 0.0f;
-#pragma unroll
-        for (unsigned i = 0; i < D / 32; ++i) s += qv[i] * wkeys[wrow + lane + 32u * i];
-        for (int o2 = 16; o2 > 0; o2 >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o2);
-        s *= p.scale_log2;
-        const float mn = fmaxf(mw, s);
-        const float a = exp2f(mw - mn), pp = exp2f(s - mn);
-        lw = lw * a + pp;
-#pragma unroll
-        for (unsigned i = 0; i < D / 32; ++i) accw[i] = accw[i] * a + pp * wvals[wrow + lane + 32u * i];
-        mw = mn;
-      }
-    }
-    const float sink = p.sinks != nullptr ? p.sinks[qh] * kLog2e : -INFINITY;
-    const float mt = fmaxf(fmaxf(mm, mw), sink);
-    float* out = p.output + (grow * p.q_heads + qh) * D;
-    if (mt == -INFINITY) {
-      for (unsigned j = lane; j < D; j += 32) out[j] = 0.0f;
-      continue;
-    }
-    const float wm = exp2f(mm - mt), ww = exp2f(mw - mt);
-    const float denom = lm * wm + lw * ww + exp2f(sink - mt);
-    const float inv = denom > 0.0f ? 1.0f / denom : 0.0f;
-#pragma unroll
-    for (unsigned i = 0; i < D / 32; ++i) {
-      const unsigned j = lane + 32u * i;
-      out[j] = (x[j] * wm + accw[i] * ww) * inv;
-    }
-    __syncwarp();
-  }
+  finish_rows<D, C::kWarps, kRows>(p, t, blk, obuf, row_m, row_l);
 }
 
 using KernelFn = void (*)(PrefillParams);
@@ -688,6 +420,7 @@ int prefill_blocks_per_sm(std::uint32_t head_dim, bool qjl, bool split_p) {
 }
 
 cudaError_t launch_prefill(const PrefillParams& p, cudaStream_t stream) {
+  if (p.wgmma != 0) return launch_prefill_wgmma(p, stream);
   std::uint32_t smem = 0, threads = 0, rows = 0;
   const KernelFn fn = pick(p.head_dim, p.qjl != 0, p.split_p != 0, &smem, &threads, &rows);
   if (fn == nullptr) return cudaErrorInvalidValue;

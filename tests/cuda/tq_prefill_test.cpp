@@ -52,6 +52,7 @@ struct PrefillCase {
   PrefillPrecision precision = PrefillPrecision::HiLo;
   std::uint32_t kv_heads = 2;
   float query_sigma = 1.0f;  // larger: sharper softmax
+  PrefillKernel kernel = PrefillKernel::Auto;
 };
 
 // Per query row (all heads of one token): max |out − ref| / max |ref| (issue 4's measure), and the L2 form.
@@ -161,7 +162,8 @@ double check_prefill(const PrefillCase& c, std::uint64_t seed) {
   EXPECT_TRUE(dout.fill(0xFF).ok());  // NaN poison: every element must be written
 
   auto props = take(device_properties(0));
-  auto planned = plan_prefill(layout, config, q_heads, max_rows, shape.capacity, props.multiprocessors, c.precision);
+  auto planned = plan_prefill(layout, config, q_heads, max_rows, shape.capacity, props.multiprocessors, c.precision,
+                              c.kernel);
   EXPECT_TRUE(planned.ok()) << (planned.ok() ? "" : planned.error().to_string());
   if (!planned.ok()) return 1.0;
   const PrefillPlan plan = *planned;
@@ -217,10 +219,11 @@ double check_prefill(const PrefillCase& c, std::uint64_t seed) {
     }
   }
   std::printf(
-      "[prefill] %s d=%u kv=%u group=%u sinks=%d window=%u %s entries(len/first+rows)=%s block_rows=%u "
+      "[prefill] %s d=%u kv=%u group=%u sinks=%d window=%u %s %s entries(len/first+rows)=%s block_rows=%u "
       "tokens_per_block=%u occupancy=%d: worst max-abs rel error %.3g (entry %u row %u), worst L2 %.3g\n",
       c.mode.c_str(), d, kv_heads, c.group, c.sinks ? 1 : 0, c.window,
-      c.precision == PrefillPrecision::HiLo ? "hilo" : "fast", entries_text(c.entries).c_str(), plan.block_rows,
+      c.precision == PrefillPrecision::HiLo ? "hilo" : "fast",
+      plan.kernel == PrefillKernel::Warpgroup ? "warpgroup" : "portable", entries_text(c.entries).c_str(), plan.block_rows,
       plan.tokens_per_block, plan.blocks_per_sm, worst.max_abs, worst_entry, worst_row, worst.l2);
   EXPECT_LE(worst.max_abs, 1e-3) << "worst at entry " << worst_entry << " row " << worst_row;
   EXPECT_FALSE(std::isnan(worst.max_abs));
@@ -255,7 +258,15 @@ TEST(CudaPrefill, MatchesTheFloat64OracleAcrossModesAndShapes) {
       // A long sequence: many key tiles, the running value-norm scale over many tiles.
       {"k=mse4,v=mse3,nc", 128, 4, false, 0, {{5000, 4936, 64}}},
   };
-  for (const PrefillCase& c : cases) check_prefill(c, fresh_seed());
+  for (const PrefillCase& c : cases) {
+    check_prefill(c, fresh_seed());
+    // head_dim 128 with MSE keys runs the warpgroup kernel by default: the portable one is checked on it too.
+    if (c.d == 128 && c.mode.find("prod") == std::string::npos) {
+      PrefillCase portable = c;
+      portable.kernel = PrefillKernel::Portable;
+      check_prefill(portable, fresh_seed());
+    }
+  }
 }
 
 // plan / run: prefill_attention allocates and synchronises nothing, so it can be captured in a CUDA graph; the
@@ -335,6 +346,16 @@ TEST(CudaPrefill, BadArgumentsAreTypedErrors) {
   EXPECT_EQ(plan_prefill(layout, config, 4, 0, 64, 132).error().code, ErrorCode::InvalidArgument);
   EXPECT_EQ(plan_prefill(layout, config, 4, 8, 65, 132).error().code, ErrorCode::OutOfRange);
   EXPECT_EQ(plan_prefill(layout, config, 4, 33, 32, 132).error().code, ErrorCode::OutOfRange);
+  // The warpgroup kernel: head_dim 128 with MSE keys only; an unknown kernel value.
+  const QuantConfig mse = *QuantConfig::parse("k=mse4,v=mse3,nc");
+  auto mse128 = take(kvcompact::tq::plan_layer_layout(128, 2, 1, 64, mse));
+  auto mse64 = take(kvcompact::tq::plan_layer_layout(64, 2, 1, 64, mse));
+  EXPECT_EQ(plan_prefill(layout, config, 4, 8, 64, 132, PrefillPrecision::HiLo, PrefillKernel::Warpgroup).error().code,
+            ErrorCode::Unsupported);
+  EXPECT_EQ(plan_prefill(mse64, mse, 4, 8, 64, 132, PrefillPrecision::HiLo, PrefillKernel::Warpgroup).error().code,
+            ErrorCode::Unsupported);
+  EXPECT_EQ(plan_prefill(mse128, mse, 4, 8, 64, 132, PrefillPrecision::HiLo, static_cast<PrefillKernel>(9)).error().code,
+            ErrorCode::InvalidArgument);
   EXPECT_FALSE(prefill_supported(80, config));
   EXPECT_TRUE(prefill_supported(64, config));
   if (device_count() == 0) return;
@@ -381,6 +402,9 @@ TEST(CudaPrefillSmall, TinyChunksForSanitizers) {
   SKIP_WITHOUT_GPU();
   check_prefill({"k=prod3,v=mse2", 128, 4, true, 16, {{1, 0, 1}, {40, 20, 20}, {70, 33, 37}}}, fresh_seed());
   check_prefill({"k=mse4,v=mse3,nc", 64, 8, false, 0, {{45, 0, 45}, {9, 2, 7}}}, fresh_seed());
+  // The warpgroup kernel (head_dim 128, MSE keys): three 64-token tiles, both precisions.
+  check_prefill({"k=mse4,v=mse3,nc", 128, 4, true, 16, {{150, 90, 60}, {9, 2, 7}}}, fresh_seed());
+  check_prefill({"k=mse3,v=mse2", 128, 4, false, 0, {{150, 0, 150}}, PrefillPrecision::Fast}, fresh_seed());
 }
 
 }  // namespace

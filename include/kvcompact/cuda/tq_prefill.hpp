@@ -18,12 +18,18 @@ namespace kvcompact::cuda::tq {
 // weight). Queries are always split hi + lo.
 enum class PrefillPrecision : std::uint8_t { HiLo = 0, Fast = 1 };
 
+// Which kernel runs. Warpgroup: warpgroup MMAs (sm_90a wgmma), head_dim 128 with MSE keys (no QJL) only.
+// Portable: mma.sync, every supported head_dim and mode. Auto: Warpgroup where it exists, Portable otherwise.
+// Both compute the same quantities with the same fp16 splits (docs/cuda-prefill.md).
+enum class PrefillKernel : std::uint8_t { Auto = 0, Portable = 1, Warpgroup = 2 };
+
 // Fixed per batch shape: layout, mode, q_heads and upper bounds on the rows of one batch entry and on the
 // sequence lengths. It picks the kernel instance, raises its shared-memory limit and sizes the workspace.
 struct PrefillPlan {
   LayerLayout layout{};
   kvcompact::tq::QuantConfig config{};
   PrefillPrecision precision = PrefillPrecision::HiLo;
+  PrefillKernel kernel = PrefillKernel::Portable;  // the one that runs (never Auto in a plan)
   std::uint32_t q_heads = 0;
   std::uint32_t max_rows = 0;    // query rows of one batch entry
   std::uint32_t max_length = 0;  // ≤ layout.capacity
@@ -39,10 +45,12 @@ struct PrefillPlan {
 // multiprocessors: of the device that will run it (device_properties().multiprocessors); informational.
 // Errors: InvalidArgument (q_heads not a positive multiple of kv_heads, max_rows 0), OutOfRange (max_length
 // beyond the capacity, max_rows beyond max_length, a grid dimension too large), Unsupported (head_dim other
-// than 64 / 128 / 256, key code bits outside 1..5 or value bits outside 2..4).
+// than 64 / 128 / 256, key code bits outside 1..5 or value bits outside 2..4; kernel Warpgroup for another
+// head_dim or QJL keys).
 Result<PrefillPlan> plan_prefill(const LayerLayout& layout, const kvcompact::tq::QuantConfig& config,
                                  std::uint32_t q_heads, std::uint32_t max_rows, std::uint32_t max_length,
-                                 int multiprocessors, PrefillPrecision precision = PrefillPrecision::HiLo);
+                                 int multiprocessors, PrefillPrecision precision = PrefillPrecision::HiLo,
+                                 PrefillKernel kernel = PrefillKernel::Auto);
 
 // One launch for a ragged batch: entry i holds rows[i] query rows of cache sequence seqs[i] (or i when seqs is
 // null) at positions first_positions[i] + r, r ∈ [0, rows[i]); row r sees key positions [0, first_positions[i]

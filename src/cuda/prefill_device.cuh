@@ -1,0 +1,344 @@
+// Device pieces shared by the two chunked-prefill attention kernels (tq_prefill.cu: mma.sync, every head_dim and
+// mode; tq_prefill_wgmma.cu: warpgroup MMAs for head_dim 128 with MSE keys): the block's coordinates, staging of
+// packed tiles with cp.async, dequantisation of 8-coordinate code groups through fp16 lookup tables, the query
+// preparation (rotation, scaling, fp16 hi / lo split) and the epilogue (R⁻¹, exact window, sink, output).
+// docs/cuda-prefill.md describes both kernels.
+#pragma once
+
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "prefill_params.hpp"
+
+namespace kvcompact::cuda::tq::detail::prefill {
+
+constexpr float kLog2e = 1.4426950408889634f;
+// Queries are scaled to max |x| = 2^10 before the fp16 hi / lo split (so lo parts stay normal numbers);
+// P' = p · n_v / R · 2^15 ∈ [0, 2^15] (fp16 max is 65504). Both scales are divided out in fp32.
+constexpr float kQScale = 1024.0f;
+constexpr float kPScale = 32768.0f;
+
+constexpr unsigned round16(unsigned x) { return (x + 15u) & ~15u; }
+constexpr unsigned cmax(unsigned a, unsigned b) { return a > b ? a : b; }
+
+// Staging of one tile's packed bytes (kTokens tokens), sized for the widest mode (5-bit key codes, 4-bit
+// values); each region keeps room for the 16-byte chunk alignment at both ends.
+template <int D, bool QJL, unsigned kTokens>
+struct StageLayout {
+  static constexpr unsigned kc = round16(kTokens * (D * 5u / 8u) + 32u);
+  static constexpr unsigned ks = round16(kTokens * (D / 8u) + 32u);
+  static constexpr unsigned kn = round16(kTokens * 4u + 32u);
+  static constexpr unsigned kr = round16(kTokens * 2u + 32u);
+  static constexpr unsigned vc = round16(kTokens * (D / 2u) + 32u);
+  static constexpr unsigned vn = round16(kTokens * 4u + 32u);
+  static constexpr unsigned bytes = kc + ks + kn + kr + vc + vn;
+};
+
+// Region pointers of one staged tile.
+template <int D, bool QJL, unsigned kTokens>
+struct Stage {
+  std::uint8_t *kc, *ks, *kn, *kr, *vc, *vn;
+  __device__ explicit Stage(std::uint8_t* base) {
+    using L = StageLayout<D, QJL, kTokens>;
+    kc = base;
+    ks = kc + L::kc;
+    kn = ks + L::ks;
+    kr = kn + L::kn;
+    vc = kr + L::kr;
+    vn = vc + L::vc;
+  }
+};
+
+__device__ inline std::uint32_t exact_begin(std::uint32_t length, std::uint32_t window_begin, std::uint32_t w) {
+  if (w == 0) return length;
+  const std::uint32_t recent = length > w ? length - w : 0u;
+  return min(length, max(window_begin, recent));
+}
+
+__device__ inline void cp_async16(void* smem, const void* gmem) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
+}
+__device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ inline void cp_async_wait1() { asm volatile("cp.async.wait_group 1;\n" ::); }
+__device__ inline void cp_async_wait0() { asm volatile("cp.async.wait_group 0;\n" ::); }
+
+// 2^x for x ≤ 0 (or −∞ → 0) with one ex2.approx (relative error ≈ 2⁻²²), the softmax weights' hot path.
+__device__ inline float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+__device__ inline std::uint32_t half2_bits(__half2 h) { return *reinterpret_cast<const std::uint32_t*>(&h); }
+
+// fp16 hi part of (a, b) and the fp16 rounding of the remainders.
+__device__ inline void split_pair(float a, float b, std::uint32_t& hi, std::uint32_t& lo) {
+  const __half2 h = __floats2half2_rn(a, b);
+  const float2 hf = __half22float2(h);
+  hi = half2_bits(h);
+  lo = half2_bits(__floats2half2_rn(a - hf.x, b - hf.y));
+}
+
+// One region's tokens [t0, t0 + cnt) as 16-byte cp.async chunks covering them (up to 15 bytes past the last
+// record: inside the next region or the layer buffer's documented slack).
+template <unsigned kThreads>
+__device__ inline void stage_region(std::uint8_t* dst, const std::uint8_t* region, std::uint64_t first,
+                                    std::uint32_t cnt, std::uint32_t bpt) {
+  if (bpt == 0) return;
+  const std::uintptr_t start = reinterpret_cast<std::uintptr_t>(region) + first * bpt;
+  const std::uintptr_t aligned = start & ~static_cast<std::uintptr_t>(15);
+  const std::uint32_t bytes = static_cast<std::uint32_t>(start - aligned) + cnt * bpt;
+  const std::uint32_t chunks = (bytes + 15u) / 16u;
+  for (std::uint32_t i = threadIdx.x; i < chunks; i += kThreads) {
+    cp_async16(dst + 16u * i, reinterpret_cast<const void*>(aligned + 16u * i));
+  }
+}
+__device__ inline const std::uint8_t* staged_row0(const std::uint8_t* dst, const std::uint8_t* region,
+                                                  std::uint64_t first, std::uint32_t bpt) {
+  const std::uintptr_t start = reinterpret_cast<std::uintptr_t>(region) + first * bpt;
+  return dst + (start & 15u);
+}
+
+// Copies the packed bytes of tokens [first, first + cnt) (slots of the layer) into a staging buffer.
+template <int D, bool QJL, unsigned kTokens, unsigned kThreads>
+__device__ inline void load_tile(const PrefillParams& p, std::uint8_t* base, std::uint64_t first, std::uint32_t cnt) {
+  const Stage<D, QJL, kTokens> s(base);
+  stage_region<kThreads>(s.kc, p.layer + p.key_codes, first, cnt, p.kc_bytes);
+  if constexpr (QJL) {
+    stage_region<kThreads>(s.ks, p.layer + p.key_signs, first, cnt, p.ks_bytes);
+    stage_region<kThreads>(s.kr, p.layer + p.key_rho, first, cnt, 2u);
+  }
+  stage_region<kThreads>(s.kn, p.layer + p.key_norms, first, cnt, 4u);
+  stage_region<kThreads>(s.vc, p.layer + p.value_codes, first, cnt, p.vc_bytes);
+  stage_region<kThreads>(s.vn, p.layer + p.value_norms, first, cnt, 4u);
+}
+
+// The 32 (five = false) or 40 bits at byte offset `off` of a 4-byte-aligned shared-memory region: two or three
+// aligned word loads and funnel shifts instead of one load per byte (stage regions keep ≥ 16 bytes of room
+// past their data, so the extra word is inside the region).
+__device__ inline std::uint64_t load_bits(const std::uint8_t* base, std::uint32_t off, bool five) {
+  const std::uint32_t* w = reinterpret_cast<const std::uint32_t*>(base + (off & ~3u));
+  const std::uint32_t sh = 8u * (off & 3u);
+  const std::uint32_t lo = __funnelshift_r(w[0], w[1], sh);
+  const std::uint32_t hi = five ? __funnelshift_r(w[1], w[2], sh) : 0u;
+  return static_cast<std::uint64_t>(lo) | (static_cast<std::uint64_t>(hi) << 32);
+}
+
+// Codes of 8 coordinates (a byte-aligned group of `bits` bytes at byte offset `off`) → 8 fp16 centroids. Code
+// widths ≤ 3 look a pair of coordinates up at once (≤ 64-entry half2 table), 4 and 5 bits single coordinates.
+__device__ inline uint4 dequant_group(const std::uint8_t* base, std::uint32_t off, std::uint32_t bits,
+                                      const unsigned short* lut, const std::uint32_t* lut_pair) {
+  const std::uint64_t w = load_bits(base, off, bits == 5);
+  std::uint32_t out[4];
+  if (bits <= 3) {
+    const std::uint32_t pmask = (1u << (2u * bits)) - 1u;
+#pragma unroll
+    for (unsigned k = 0; k < 4; ++k) out[k] = lut_pair[static_cast<std::uint32_t>(w >> (2u * k * bits)) & pmask];
+  } else {
+    const std::uint32_t mask = (1u << bits) - 1u;
+#pragma unroll
+    for (unsigned k = 0; k < 4; ++k) {
+      const std::uint32_t i0 = static_cast<std::uint32_t>(w >> ((2u * k) * bits)) & mask;
+      const std::uint32_t i1 = static_cast<std::uint32_t>(w >> ((2u * k + 1u) * bits)) & mask;
+      out[k] = static_cast<std::uint32_t>(lut[i0]) | (static_cast<std::uint32_t>(lut[i1]) << 16);
+    }
+  }
+  return make_uint4(out[0], out[1], out[2], out[3]);
+}
+
+// fp16 ±1 of a sign bit (bit 1 ⇔ +1 = 0x3C00, bit 0 ⇔ −1 = 0xBC00).
+__device__ inline std::uint32_t sign_half(std::uint32_t bit) { return 0xBC00u ^ (bit << 15); }
+
+// The fp16 lookup tables of a block: α·centroid per code (keys, values), half2 pairs of two coordinates' codes
+// (widths ≤ 3), and four fp16 ±1 per sign nibble. Filled by the block's first 64 threads.
+struct Luts {
+  unsigned short* key;       // [32]
+  unsigned short* value;     // [32]
+  std::uint32_t* key_pair;   // [64]
+  std::uint32_t* value_pair; // [64]
+  uint2* sign;               // [16]
+};
+__device__ inline void fill_luts(const Luts& l, const Tables& t, const PrefillParams& p, unsigned tid) {
+  if (tid < 32) {
+    l.key[tid] = __half_as_ushort(__float2half_rn(t.key_lut_scale * t.key_centroids[tid]));
+    l.value[tid] = __half_as_ushort(__float2half_rn(t.value_lut_scale * t.value_centroids[tid]));
+  }
+  if (tid < 64) {
+    // Pair tables (used for code widths ≤ 3 only): entry e = (code of the higher coordinate) · 2^bits + (code
+    // of the lower one); the lower coordinate is the low half.
+    const std::uint32_t cb = min(p.key_code_bits, 3u), vb = min(p.value_bits, 3u);
+    const std::uint32_t ek0 = tid & ((1u << cb) - 1u), ek1 = (tid >> cb) & ((1u << cb) - 1u);
+    const std::uint32_t ev0 = tid & ((1u << vb) - 1u), ev1 = (tid >> vb) & ((1u << vb) - 1u);
+    l.key_pair[tid] = half2_bits(__floats2half2_rn(t.key_lut_scale * t.key_centroids[ek0],
+                                                   t.key_lut_scale * t.key_centroids[ek1]));
+    l.value_pair[tid] = half2_bits(__floats2half2_rn(t.value_lut_scale * t.value_centroids[ev0],
+                                                     t.value_lut_scale * t.value_centroids[ev1]));
+  }
+  if (tid < 16) {
+    l.sign[tid] = make_uint2(sign_half(tid & 1u) | (sign_half((tid >> 1) & 1u) << 16),
+                             sign_half((tid >> 2) & 1u) | (sign_half((tid >> 3) & 1u) << 16));
+  }
+}
+
+// The block's place: batch entry, sequence, KV head, its query tokens and the key range they see.
+struct BlockRange {
+  std::uint32_t entry, kvh, hg, seq, nrows, tok0, first, length, eb, ntok, kend, hb, ntiles;
+  std::uint64_t row_base, slot0;
+  // False when the block has nothing to do (a bad device sequence index, or no rows left for its tile).
+  __device__ bool init(const PrefillParams& p, unsigned tile_tokens) {
+    entry = blockIdx.z;
+    kvh = blockIdx.y / p.head_groups;
+    hg = blockIdx.y % p.head_groups;
+    seq = p.seqs != nullptr ? p.seqs[entry] : entry;
+    if (seq >= p.sequences) return false;  // a bad device index: nothing is read or written
+    nrows = p.rows[entry];
+    tok0 = blockIdx.x * p.tokens_per_block;
+    if (tok0 >= nrows) return false;
+    row_base = 0;
+    for (std::uint32_t e = 0; e < entry; ++e) row_base += p.rows[e];
+    first = p.first_positions[entry];
+    // Clamping to the capacity keeps every read inside the layer buffer even for lengths the caller got wrong.
+    length = min(p.lengths[seq], p.capacity);
+    const std::uint32_t wb = p.window_begins != nullptr ? p.window_begins[seq] : 0u;
+    eb = exact_begin(length, wb, p.window);
+    ntok = min(p.tokens_per_block, nrows - tok0);
+    const std::uint64_t last_end = static_cast<std::uint64_t>(first) + tok0 + ntok;  // exclusive, block's rows
+    kend = static_cast<std::uint32_t>(min(last_end, static_cast<std::uint64_t>(eb)));
+    hb = p.heads_per_block;
+    slot0 = (static_cast<std::uint64_t>(seq) * p.kv_heads + kvh) * p.capacity;
+    ntiles = (kend + tile_tokens - 1u) / tile_tokens;
+    return true;
+  }
+  // Block row r: query token r / hb of the tile, head r % hb of the group; false past the chunk or the group.
+  __device__ bool row_valid(unsigned r, const PrefillParams& p) const {
+    return r / hb < ntok && hg * hb + r % hb < p.group;
+  }
+  // Keys row r sees (positions below it): min(its position + 1, kend), 0 for an invalid row.
+  __device__ std::uint32_t row_limit(unsigned r, const PrefillParams& p) const {
+    const std::uint64_t pos1 = static_cast<std::uint64_t>(first) + tok0 + r / hb + 1u;
+    return row_valid(r, p) ? static_cast<std::uint32_t>(min(pos1, static_cast<std::uint64_t>(kend))) : 0u;
+  }
+};
+
+// Query preparation: one warp per row; q_rot = R_p q (and q_jl = R_j q_rot), scaled to max |x| = 2^10, split
+// into fp16 hi + lo and handed to store(part, row, column j (even), hi, lo) as half2 pairs of columns j, j + 1.
+// Scratch: 2·D floats per warp. rowfac_c / rowfac_s get the per-row factors that undo the scaling (with 1/α of
+// the key table, and √(π/2d) for the QJL part).
+template <int D, bool QJL, unsigned kWarps, unsigned kRows, typename Store>
+__device__ inline void prepare_queries(const PrefillParams& p, const Tables& t, const BlockRange& b, float* scratch,
+                                       float* rowfac_c, float* rowfac_s, Store&& store) {
+  const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+  float* x = scratch + warp * 2u * D;
+  float* y = x + D;
+  for (unsigned r = warp; r < kRows; r += kWarps) {
+    const std::uint32_t tl = r / b.hb, hl = r % b.hb;
+    if (b.row_valid(r, p)) {
+      const std::uint32_t qh = b.kvh * p.group + b.hg * b.hb + hl;
+      const float* q = p.queries + ((b.row_base + b.tok0 + tl) * p.q_heads + qh) * D;
+      for (unsigned j = lane; j < D; j += 32) x[j] = q[j];
+      __syncwarp();
+      warp_rotate_forward(x, t, t.main_signs, lane);
+      if constexpr (QJL) {
+        for (unsigned j = lane; j < D; j += 32) y[j] = x[j];
+        __syncwarp();
+        warp_rotate_forward(y, t, t.qjl_signs, lane);
+      }
+    } else {
+      for (unsigned j = lane; j < D; j += 32) {
+        x[j] = 0.0f;
+        y[j] = 0.0f;
+      }
+      __syncwarp();
+    }
+    for (int part = 0; part < (QJL ? 2 : 1); ++part) {
+      const float* v = part == 0 ? x : y;
+      float mx = 0.0f;
+      for (unsigned j = lane; j < D; j += 32) mx = fmaxf(mx, fabsf(v[j]));
+      for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+      const float s = mx > 0.0f ? mx : 1.0f;
+      const float f = kQScale / s;
+      for (unsigned jp = lane; jp < D / 2; jp += 32) {
+        const unsigned j = 2u * jp;
+        std::uint32_t h, l;
+        split_pair(v[j] * f, v[j + 1] * f, h, l);
+        store(part, r, j, h, l);
+      }
+      if (lane == 0) {
+        if (part == 0) {
+          rowfac_c[r] = s / kQScale * p.scale_log2 / t.key_lut_scale;
+        } else {
+          rowfac_s[r] = s / kQScale * p.scale_log2 * t.qjl_scale;
+        }
+      }
+    }
+    __syncwarp();
+  }
+}
+
+// Epilogue: obuf holds the block's rows [kRows][D] in rotated space, already divided by R·2^15·α_v, with their
+// running max row_m (log2 units) and sum row_l. Each warp applies R_p⁻¹ once per row, computes the exact-window
+// part of the row in fp32 from the f32 ring rows ([exact begin, min(pos + 1, length)), online softmax over a
+// warp), and combines main part, window part and sink by log-sum-exp into the output.
+template <int D, unsigned kWarps, unsigned kRows>
+__device__ inline void finish_rows(const PrefillParams& p, const Tables& t, const BlockRange& b, float* obuf,
+                                   const float* row_m, const float* row_l) {
+  const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+  const float* wkeys = reinterpret_cast<const float*>(p.layer + p.window_keys);
+  const float* wvals = reinterpret_cast<const float*>(p.layer + p.window_values);
+  const std::uint64_t ring0 = (static_cast<std::uint64_t>(b.seq) * p.kv_heads + b.kvh) * p.window;
+  for (unsigned r = warp; r < kRows; r += kWarps) {
+    const std::uint32_t tl = r / b.hb, hl = r % b.hb;
+    if (!b.row_valid(r, p)) continue;
+    const std::uint32_t qh = b.kvh * p.group + b.hg * b.hb + hl;
+    const std::uint64_t grow = b.row_base + b.tok0 + tl;
+    const std::uint64_t pos = static_cast<std::uint64_t>(b.first) + b.tok0 + tl;
+    float* x = obuf + r * D;
+    warp_rotate_inverse(x, t, t.main_signs, lane);
+    const float mm = row_m[r], lm = row_l[r];
+    float mw = -INFINITY, lw = 0.0f;
+    float accw[D / 32];
+    float qv[D / 32];
+#pragma unroll
+    for (unsigned i = 0; i < D / 32; ++i) accw[i] = qv[i] = 0.0f;
+    const std::uint64_t wend = min(pos + 1u, static_cast<std::uint64_t>(b.length));
+    if (p.window > 0 && b.eb < wend) {
+      const float* q = p.queries + (grow * p.q_heads + qh) * D;
+#pragma unroll
+      for (unsigned i = 0; i < D / 32; ++i) qv[i] = q[lane + 32u * i];
+      for (std::uint32_t tp = b.eb; tp < wend; ++tp) {
+        const std::uint64_t wrow = (ring0 + tp % p.window) * D;
+        float s = 0.0f;
+#pragma unroll
+        for (unsigned i = 0; i < D / 32; ++i) s += qv[i] * wkeys[wrow + lane + 32u * i];
+        for (int o2 = 16; o2 > 0; o2 >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o2);
+        s *= p.scale_log2;
+        const float mn = fmaxf(mw, s);
+        const float a = exp2f(mw - mn), pp = exp2f(s - mn);
+        lw = lw * a + pp;
+#pragma unroll
+        for (unsigned i = 0; i < D / 32; ++i) accw[i] = accw[i] * a + pp * wvals[wrow + lane + 32u * i];
+        mw = mn;
+      }
+    }
+    const float sink = p.sinks != nullptr ? p.sinks[qh] * kLog2e : -INFINITY;
+    const float mt = fmaxf(fmaxf(mm, mw), sink);
+    float* out = p.output + (grow * p.q_heads + qh) * D;
+    if (mt == -INFINITY) {
+      for (unsigned j = lane; j < D; j += 32) out[j] = 0.0f;
+      continue;
+    }
+    const float wm = exp2f(mm - mt), ww = exp2f(mw - mt);
+    const float denom = lm * wm + lw * ww + exp2f(sink - mt);
+    const float inv = denom > 0.0f ? 1.0f / denom : 0.0f;
+#pragma unroll
+    for (unsigned i = 0; i < D / 32; ++i) {
+      const unsigned j = lane + 32u * i;
+      out[j] = (x[j] * wm + accw[i] * ww) * inv;
+    }
+    __syncwarp();
+  }
+}
+
+}  // namespace kvcompact::cuda::tq::detail::prefill
