@@ -46,9 +46,9 @@ struct Smem {
   float r_final;         // R after the last tile
   float rowfac_c[kRows], rowfac_s[kRows], row_m[kRows], row_l[kRows];
   std::uint32_t row_limit[kRows];
-  unsigned short lut_k[32], lut_v[32];
-  std::uint32_t pair_k[64], pair_v[64];
-  uint2 lut_s[16];
+  // Pair tables: entry (code of the higher coordinate) · 2^bits + (code of the lower one) → half2 of α·centroid,
+  // for every code width (≤ 1024 entries at 5 bits), so a code group of 8 coordinates takes 4 lookups.
+  std::uint32_t pair_k[1024], pair_v[256];
 };
 constexpr unsigned kSmemBytes = sizeof(Smem) + 1024;  // + alignment slack
 static_assert(kSmemBytes <= 227 * 1024, "one block per multiprocessor");
@@ -60,13 +60,22 @@ static_assert(Staged::bytes % 16 == 0, "staging buffers stay 16-byte aligned");
 // with group = t % 16 and tokens t / 16 + 16 j; a row's 8 chunks of one column block land on distinct banks.
 __device__ __forceinline__ void dequant_tile(std::uint8_t* tile, const std::uint8_t* codes, std::uint32_t shift,
                                              std::uint32_t bytes_per_token, std::uint32_t bits,
-                                             const unsigned short* lut, const std::uint32_t* lut_pair) {
+                                             const std::uint32_t* pairs) {
   const unsigned gg = threadIdx.x % 16, t0 = threadIdx.x / 16;
 #pragma unroll
   for (unsigned j = 0; j < kBN / 16; ++j) {
     const unsigned tt = t0 + 16 * j;
     *reinterpret_cast<uint4*>(tile + sw128_offset(tt, gg * 8, kBN)) =
-        dequant_group(codes, shift + tt * bytes_per_token + gg * bits, bits, lut, lut_pair);
+        dequant_group_by_pairs(codes, shift + tt * bytes_per_token + gg * bits, bits, pairs);
+  }
+}
+
+// Fills a pair table for `bits`-bit codes (2^(2 bits) entries) with half2(α c[lo], α c[hi]).
+__device__ __forceinline__ void fill_pair_table(std::uint32_t* table, std::uint32_t bits, float alpha,
+                                                const float* centroids) {
+  const std::uint32_t mask = (1u << bits) - 1u;
+  for (std::uint32_t e = threadIdx.x; e < (1u << (2u * bits)); e += kThreads) {
+    table[e] = half2_bits(__floats2half2_rn(alpha * centroids[e & mask], alpha * centroids[(e >> bits) & mask]));
   }
 }
 
@@ -110,17 +119,22 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(PrefillParam
   if (ntiles > 1) load_tile<D, false, kBN, kThreads>(p, sm.stage[1], slot0 + kBN, tile_tokens(1));
   cp_async_commit();
   for (unsigned r = tid; r < kRows; r += kThreads) sm.row_limit[r] = blk.row_limit(r, p);
-  fill_luts(Luts{sm.lut_k, sm.lut_v, sm.pair_k, sm.pair_v, sm.lut_s}, t, p, tid);
+  fill_pair_table(sm.pair_k, p.key_code_bits, t.key_lut_scale, t.key_centroids);
+  fill_pair_table(sm.pair_v, p.value_bits, t.value_lut_scale, t.value_centroids);
+  // A negative softmax scale is folded into the queries (fp16 negation is exact), so that every row factor is
+  // positive and a row's largest score is its factor times its largest S · n_k.
+  const std::uint32_t neg = p.scale_log2 < 0.0f ? 0x80008000u : 0u;
   prepare_queries<D, false, kWarps, kRows>(
       p, t, blk, reinterpret_cast<float*>(sm.k[0]), sm.rowfac_c, sm.rowfac_s,
       [&](int, unsigned r, unsigned j, std::uint32_t h, std::uint32_t l) {
         const unsigned off = sw128_offset(r, j, kRows);
-        *reinterpret_cast<std::uint32_t*>(sm.qhi + off) = h;
-        *reinterpret_cast<std::uint32_t*>(sm.qlo + off) = l;
+        *reinterpret_cast<std::uint32_t*>(sm.qhi + off) = h ^ neg;
+        *reinterpret_cast<std::uint32_t*>(sm.qlo + off) = l ^ neg;
       });
 
-  // Per-token factors of a staged tile (warp 0, two tokens per lane). Keys: the norms. Values: n_v / R · 2^15
-  // with R the running maximum of the value norms, kept in registers of warp 0.
+  // Per-token factors of a staged tile (two tokens per lane; zeros past the tile's end). Keys (warp 1): the
+  // norms. Values (warp 0): n_v / R · 2^15 with R the running maximum of the value norms, kept in registers of
+  // warp 0 (P' = p · n_v / R · 2^15 ≤ 2^15 for any norms).
   float r_run = 0.0f;
   auto key_factors = [&](const Stage<D, false, kBN>& s, unsigned buf, std::uint32_t i) {
     const float* kn = reinterpret_cast<const float*>(staged_row0(s.kn, p.layer + p.key_norms, slot0 + i * kBN, 4u));
@@ -148,15 +162,15 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(PrefillParam
     const Stage<D, false, kBN> s(sm.stage[buf]);
     const std::uint32_t shift =
         static_cast<std::uint32_t>(staged_row0(s.kc, p.layer + p.key_codes, slot0 + i * kBN, p.kc_bytes) - s.kc);
-    dequant_tile(sm.k[buf], s.kc, shift, p.kc_bytes, p.key_code_bits, sm.lut_k, sm.pair_k);
-    if (warp == 0) key_factors(s, buf, i);
+    dequant_tile(sm.k[buf], s.kc, shift, p.kc_bytes, p.key_code_bits, sm.pair_k);
+    if (warp == 1) key_factors(s, buf, i);
   };
   auto dequant_values = [&](std::uint32_t i) {
     const unsigned buf = i & 1u;
     const Stage<D, false, kBN> s(sm.stage[buf]);
     const std::uint32_t shift =
         static_cast<std::uint32_t>(staged_row0(s.vc, p.layer + p.value_codes, slot0 + i * kBN, p.vc_bytes) - s.vc);
-    dequant_tile(sm.v[buf], s.vc, shift, p.vc_bytes, p.value_bits, sm.lut_v, sm.pair_v);
+    dequant_tile(sm.v[buf], s.vc, shift, p.vc_bytes, p.value_bits, sm.pair_v);
     if (warp == 0) value_factors(s, buf, i);
   };
 
@@ -171,7 +185,10 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(PrefillParam
   // This thread's rows (the accumulators' rows 16 w + g and + 8 of its warpgroup) are block rows ra and rb.
   const unsigned ra = warp * 16u + g, rb = ra + 8u;
   const std::uint32_t lim_a = sm.row_limit[ra], lim_b = sm.row_limit[rb];
-  const float fc_a = sm.rowfac_c[ra], fc_b = sm.rowfac_c[rb];
+  // Row factors (log2 units per unit of S · n_k); positive (the sign is in the queries) and not below the
+  // smallest normal float, so that a masked −∞ times the factor stays −∞.
+  const float fc_a = fmaxf(fabsf(sm.rowfac_c[ra]), 1.17549435e-38f), fc_b = fmaxf(fabsf(sm.rowfac_c[rb]), 1.17549435e-38f);
+
   const GmmaDesc desc_qhi = sw128_descriptor(sm.qhi + 64 * x * 128, 16, 1024);
   const GmmaDesc desc_qlo = sw128_descriptor(sm.qlo + 64 * x * 128, 16, 1024);
   const GmmaDesc desc_k = sw128_descriptor(sm.k[0], 16, 1024);    // k[1] is at(kTileBytes)
@@ -212,35 +229,42 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(PrefillParam
     if (it + 1 < ntiles) dequant_keys(it + 1);
     wgmma_wait<0>();
 
-    // ---- masked online softmax (log2 units); columns 8 i + 2 tig (+1) are tile tokens
+    // ---- masked online softmax (log2 units); columns 8 i + 2 tig (+1) are tile tokens. t = S · n_k here and
+    // the row's score is fc · t: the row factor enters through the maximum and the exponent's FFMA.
+#pragma unroll
+    for (unsigned i = 0; i < 8; ++i) {
+      const float2 kn = *reinterpret_cast<const float2*>(&sm.kscale[cur][8 * i + 2 * tig]);
+      s[4 * i] *= kn.x;
+      s[4 * i + 1] *= kn.y;
+      s[4 * i + 2] *= kn.x;
+      s[4 * i + 3] *= kn.y;
+    }
+    // Only tiles that reach past a row's last visible key need the mask (the causal diagonal, the chunk's end).
+    if (t0 + kBN > min(lim_a, lim_b)) {
+#pragma unroll
+      for (unsigned i = 0; i < 8; ++i) {
+#pragma unroll
+        for (unsigned e = 0; e < 4; ++e) {
+          const unsigned tt = 8 * i + 2 * tig + (e & 1u);
+          if (t0 + tt >= (e >= 2 ? lim_b : lim_a)) s[4 * i + e] = -INFINITY;
+        }
+      }
+    }
     float mx_a = -INFINITY, mx_b = -INFINITY;
 #pragma unroll
     for (unsigned i = 0; i < 8; ++i) {
-#pragma unroll
-      for (unsigned e = 0; e < 4; ++e) {
-        const unsigned tt = 8 * i + 2 * tig + (e & 1u);
-        const bool row_b = e >= 2;
-        float v = s[4 * i + e] * sm.kscale[cur][tt] * (row_b ? fc_b : fc_a);
-        v = t0 + tt < (row_b ? lim_b : lim_a) ? v : -INFINITY;
-        s[4 * i + e] = v;
-        if (row_b) {
-          mx_b = fmaxf(mx_b, v);
-        } else {
-          mx_a = fmaxf(mx_a, v);
-        }
-      }
+      mx_a = fmaxf(mx_a, fmaxf(s[4 * i], s[4 * i + 1]));
+      mx_b = fmaxf(mx_b, fmaxf(s[4 * i + 2], s[4 * i + 3]));
     }
     for (int o2 = 1; o2 <= 2; o2 <<= 1) {
       mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, o2));
       mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, o2));
     }
-    const float mn_a = fmaxf(m_a, mx_a), mn_b = fmaxf(m_b, mx_b);
+    const float mn_a = fmaxf(m_a, fc_a * mx_a), mn_b = fmaxf(m_b, fc_b * mx_b);
     const float use_a = mn_a == -INFINITY ? 0.0f : mn_a, use_b = mn_b == -INFINITY ? 0.0f : mn_b;
     const float al_a = exp2f(m_a - use_a), al_b = exp2f(m_b - use_b);
     m_a = mn_a;
     m_b = mn_b;
-    l_a *= al_a;
-    l_b *= al_b;
     const float ratio = sm.ratio[cur];
     const float ro_a = al_a * ratio, ro_b = al_b * ratio;
     // Once the running maxima settle (most tiles of a long sequence) no row of the warp needs a rescale.
@@ -257,19 +281,22 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(PrefillParam
       }
     }
     // P' = p · n_v / R · 2^15 in place of S; l sums the unscaled p.
+    const float off_a = -use_a, off_b = -use_b;
+    float sum_a = 0.0f, sum_b = 0.0f;
 #pragma unroll
     for (unsigned i = 0; i < 8; ++i) {
-      const unsigned tt = 8 * i + 2 * tig;
-      const float v0 = sm.vfac[cur][tt], v1 = sm.vfac[cur][tt + 1];
-      const float p0 = fast_exp2(s[4 * i] - use_a), p1 = fast_exp2(s[4 * i + 1] - use_a);
-      const float p2 = fast_exp2(s[4 * i + 2] - use_b), p3 = fast_exp2(s[4 * i + 3] - use_b);
-      l_a += p0 + p1;
-      l_b += p2 + p3;
-      s[4 * i] = p0 * v0;
-      s[4 * i + 1] = p1 * v1;
-      s[4 * i + 2] = p2 * v0;
-      s[4 * i + 3] = p3 * v1;
+      const float2 vf = *reinterpret_cast<const float2*>(&sm.vfac[cur][8 * i + 2 * tig]);
+      const float p0 = fast_exp2(fmaf(s[4 * i], fc_a, off_a)), p1 = fast_exp2(fmaf(s[4 * i + 1], fc_a, off_a));
+      const float p2 = fast_exp2(fmaf(s[4 * i + 2], fc_b, off_b)), p3 = fast_exp2(fmaf(s[4 * i + 3], fc_b, off_b));
+      sum_a += p0 + p1;
+      sum_b += p2 + p3;
+      s[4 * i] = p0 * vf.x;
+      s[4 * i + 1] = p1 * vf.y;
+      s[4 * i + 2] = p2 * vf.x;
+      s[4 * i + 3] = p3 * vf.y;
     }
+    l_a = l_a * al_a + sum_a;
+    l_b = l_b * al_b + sum_b;
     std::uint32_t ph[4][4], pl[4][4];
 #pragma unroll
     for (unsigned ks = 0; ks < kBN / 16; ++ks) p_fragment<SPLITP>(s, ks, ph[ks], pl[ks]);
