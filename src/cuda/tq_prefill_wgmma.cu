@@ -2,10 +2,11 @@
 // contract and the same numbers as prefill_kernel (tq_prefill.cu) — fp16 hi + lo queries, fp16 α·centroid
 // tiles, P' = p · n_v / R · 2^15 as fp16 hi (+ lo with HiLo), fp32 accumulation — with the tensor-core work on
 // wgmma instead of mma.sync:
-//   two warpgroups, each owning 64 of the block's 128 query rows; the queries (hi and lo) sit once in shared
-//   memory in the SW128 layout (wgmma.cuh), 64-token key and value tiles are dequantised into SW128 fp16 tiles
-//   (double-buffered), S = Q_hi·Kᵀ + Q_lo·Kᵀ reads both from shared memory (16 m64n64k16), and O += P'·V takes P'
-//   from registers (the S accumulators turned into A fragments) and V MN-major (8 or 16 m64n64k16).
+//   three warpgroups, each owning 64 of the block's 192 query rows (48 tokens x a GQA group of 4); the queries
+//   (hi and lo) sit once in shared memory in the SW128 layout (wgmma.cuh), 64-token key and value tiles are
+//   dequantised once per block into SW128 fp16 tiles (double-buffered, 4 pair-table lookups per 8 coordinates),
+//   S = Q_hi·Kᵀ + Q_lo·Kᵀ reads both from shared memory (16 m64n64k16), and O += P'·V takes P' from registers
+//   (the S accumulators turned into A fragments) and V MN-major (8 or 16 m64n64k16).
 // Per tile: barrier → S of tile i issued → the next tile's keys dequantised while S runs → softmax → P'·V issued →
 // the next tile's values dequantised while P'·V runs. Packed bytes are copied with cp.async two tiles ahead.
 // docs/cuda-prefill.md describes both kernels; prefill_device.cuh holds their shared pieces.
@@ -24,11 +25,17 @@ namespace {
 using namespace prefill;
 
 constexpr int D = 128;
-constexpr unsigned kThreads = 256;  // two warpgroups
+// Warpgroups per block (each owns 64 query rows); overridable at compile time for tuning. Three (192 rows, 168
+// registers, 12 warps per multiprocessor) ran 8-9 % faster than two on the H200 (docs/cuda-prefill.md).
+#ifndef KVC_PREFILL_WGMMA_GROUPS
+#define KVC_PREFILL_WGMMA_GROUPS 3
+#endif
+constexpr unsigned kGroups = KVC_PREFILL_WGMMA_GROUPS;
+constexpr unsigned kThreads = 128 * kGroups;
 constexpr unsigned kWarps = kThreads / 32;
-constexpr unsigned kRows = 128;  // query rows per block: 64 per warpgroup
+constexpr unsigned kRows = 64 * kGroups;  // query rows per block
 constexpr unsigned kBN = 64;     // key / value tokens per tile
-constexpr unsigned kQBytes = kRows * D * 2;  // SW128: two column blocks of 128 rows x 128 bytes
+constexpr unsigned kQBytes = kRows * D * 2;  // SW128: two column blocks of kRows rows x 128 bytes
 constexpr unsigned kTileBytes = kBN * D * 2;  // SW128: two column blocks of 64 rows x 128 bytes
 constexpr unsigned kQBlock = kRows * 128;     // bytes of one 64-column block of the queries
 constexpr unsigned kTileBlock = kBN * 128;    // ... of a tile
@@ -56,15 +63,17 @@ static_assert(2 * kQBytes >= kRows * D * 4, "the epilogue rows fit in the query 
 static_assert(kWarps * 2 * D * 4 <= kTileBytes, "query preparation scratch fits in a tile buffer");
 static_assert(Staged::bytes % 16 == 0, "staging buffers stay 16-byte aligned");
 
-// Keys (or values) of one staged tile → the SW128 fp16 tile: thread t writes the 16-byte chunks (token, group)
-// with group = t % 16 and tokens t / 16 + 16 j; a row's 8 chunks of one column block land on distinct banks.
+// Keys (or values) of one staged tile → the SW128 fp16 tile: chunk c = (token c / 16, group c % 16) goes to
+// thread c % kThreads; a row's 8 chunks of one column block land on distinct banks.
 __device__ __forceinline__ void dequant_tile(std::uint8_t* tile, const std::uint8_t* codes, std::uint32_t shift,
                                              std::uint32_t bytes_per_token, std::uint32_t bits,
                                              const std::uint32_t* pairs) {
-  const unsigned gg = threadIdx.x % 16, t0 = threadIdx.x / 16;
+  constexpr unsigned kChunks = kBN * (D / 8);
 #pragma unroll
-  for (unsigned j = 0; j < kBN / 16; ++j) {
-    const unsigned tt = t0 + 16 * j;
+  for (unsigned j = 0; j < (kChunks + kThreads - 1) / kThreads; ++j) {
+    const unsigned c = threadIdx.x + j * kThreads;
+    if (kChunks % kThreads != 0 && c >= kChunks) break;
+    const unsigned tt = c / 16, gg = c % 16;
     *reinterpret_cast<uint4*>(tile + sw128_offset(tt, gg * 8, kBN)) =
         dequant_group_by_pairs(codes, shift + tt * bytes_per_token + gg * bits, bits, pairs);
   }
