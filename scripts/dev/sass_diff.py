@@ -29,7 +29,7 @@ def kernels(cubins):
                 name = re.sub(r"\d+_GLOBAL__N__[0-9a-f]+_\d+_\w+?_cu_[0-9a-f]+", "(anon)", m.group(1))
                 out[name] = []
                 continue
-            m = re.match(r"\s+/\*[0-9a-f]{4}\*/\s+([^;]*);", line)
+            m = re.match(r"\s+/\*[0-9a-f]{4,}\*/\s+([^;]*);", line)
             if m and name:
                 out[name].append(re.sub(r"0x[0-9a-f]{8,}|`\([^)]*\)", "", m.group(1)).strip())
     return out
