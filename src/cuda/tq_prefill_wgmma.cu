@@ -166,21 +166,18 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(PrefillParam
     }
     r_run = r_new;
   };
+  // Tile i's keys (values) from its staging buffer into k (v)[i % 2], with their factors.
   auto dequant_keys = [&](std::uint32_t i) {
-    const unsigned buf = i & 1u;
-    const Stage<D, false, kBN> s(sm.stage[buf]);
-    const std::uint32_t shift =
-        static_cast<std::uint32_t>(staged_row0(s.kc, p.layer + p.key_codes, slot0 + i * kBN, p.kc_bytes) - s.kc);
-    dequant_tile(sm.k[buf], s.kc, shift, p.kc_bytes, p.key_code_bits, sm.pair_k);
-    if (warp == 1) key_factors(s, buf, i);
+    const Stage<D, false, kBN> s(sm.stage[i & 1u]);
+    dequant_tile(sm.k[i & 1u], s.kc, staged_row0(s.kc, p.layer + p.key_codes, slot0 + i * kBN, p.kc_bytes) - s.kc,
+                 p.kc_bytes, p.key_code_bits, sm.pair_k);
+    if (warp == 1) key_factors(s, i & 1u, i);
   };
   auto dequant_values = [&](std::uint32_t i) {
-    const unsigned buf = i & 1u;
-    const Stage<D, false, kBN> s(sm.stage[buf]);
-    const std::uint32_t shift =
-        static_cast<std::uint32_t>(staged_row0(s.vc, p.layer + p.value_codes, slot0 + i * kBN, p.vc_bytes) - s.vc);
-    dequant_tile(sm.v[buf], s.vc, shift, p.vc_bytes, p.value_bits, sm.pair_v);
-    if (warp == 0) value_factors(s, buf, i);
+    const Stage<D, false, kBN> s(sm.stage[i & 1u]);
+    dequant_tile(sm.v[i & 1u], s.vc, staged_row0(s.vc, p.layer + p.value_codes, slot0 + i * kBN, p.vc_bytes) - s.vc,
+                 p.vc_bytes, p.value_bits, sm.pair_v);
+    if (warp == 0) value_factors(s, i & 1u, i);
   };
 
   if (tid == 0) sm.r_final = 0.0f;
@@ -277,18 +274,7 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(PrefillParam
     const float ratio = sm.ratio[cur];
     const float ro_a = al_a * ratio, ro_b = al_b * ratio;
     // Once the running maxima settle (most tiles of a long sequence) no row of the warp needs a rescale.
-    if (__any_sync(0xffffffffu, ro_a != 1.0f || ro_b != 1.0f)) {
-#pragma unroll
-      for (unsigned nb = 0; nb < 2; ++nb) {
-#pragma unroll
-        for (unsigned i = 0; i < 8; ++i) {
-          o[nb][4 * i] *= ro_a;
-          o[nb][4 * i + 1] *= ro_a;
-          o[nb][4 * i + 2] *= ro_b;
-          o[nb][4 * i + 3] *= ro_b;
-        }
-      }
-    }
+    if (__any_sync(0xffffffffu, ro_a != 1.0f || ro_b != 1.0f)) scale_accumulator_rows(o, ro_a, ro_b);
     // P' = p · n_v / R · 2^15 in place of S; l sums the unscaled p.
     const float off_a = -use_a, off_b = -use_b;
     float sum_a = 0.0f, sum_b = 0.0f;

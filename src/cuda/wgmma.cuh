@@ -56,6 +56,22 @@ __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
 }
 
+// Multiplies an accumulator's rows by their factors: this thread's row 16 w + l / 4 by a, row + 8 by b, for NB
+// m64n64 accumulators side by side (wgmma.cuh's layout above).
+template <int NB>
+__device__ __forceinline__ void scale_accumulator_rows(float (&d)[NB][32], float a, float b) {
+#pragma unroll
+  for (int nb = 0; nb < NB; ++nb) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      d[nb][4 * i] *= a;
+      d[nb][4 * i + 1] *= a;
+      d[nb][4 * i + 2] *= b;
+      d[nb][4 * i + 3] *= b;
+    }
+  }
+}
+
 #define KVC_WGMMA_D32                                                                                          \
   "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, " \
   "%23, %24, %25, %26, %27, %28, %29, %30, %31}"

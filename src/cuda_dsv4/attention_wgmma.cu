@@ -262,18 +262,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_split_wgmma_kernel(Atte
     }
     // O *= alpha (register accumulators; the fence below orders these writes before the next wgmma), skipped
     // by a warp whose maxima all stayed (alpha = 1 exactly: the product would not change a bit).
-    if (__any_sync(0xFFFFFFFFu, al_a != 1.0f || al_b != 1.0f)) {
-#pragma unroll
-      for (int nb = 0; nb < 4; ++nb) {
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-          o[nb][4 * i] *= al_a;
-          o[nb][4 * i + 1] *= al_a;
-          o[nb][4 * i + 2] *= al_b;
-          o[nb][4 * i + 3] *= al_b;
-        }
-      }
-    }
+    if (__any_sync(0xFFFFFFFFu, al_a != 1.0f || al_b != 1.0f)) scale_accumulator_rows(o, al_a, al_b);
     fence_shared_for_async();
     __syncthreads();  // P and both warpgroups' sums are in; every read of part_max is done
     l_a = l_a * al_a + sm.part_sum[0][ha] + sm.part_sum[1][ha];
