@@ -4,10 +4,11 @@
 // placement overlap that kernel's tail instead of following its completion. Every such kernel calls
 // wait_for_previous_grid() first, before it touches any memory: the wait returns once the previous grid has
 // completed and its memory operations are visible, so the order of all memory effects is the plain stream
-// order. The kernels do not call allow_next_grid() (which would let the next kernel launch once every block of
-// this one has started): its first version (commit before this one) did, and whole-step CUDA graphs at 1M got
-// slower, likely from the next kernel's blocks waiting resident beside running ones; without it the next kernel
-// is launched as each block exits (the implicit trigger). On a kernel launched without the attribute, or with no
+// order. The kernels do not trigger the next launch early (griddepcontrol.launch_dependents, which lets the next
+// kernel launch once every block of this one has started): a version that did was slower in whole-step CUDA
+// graphs at 1M (round 8 in docs/cuda-dsv4-kernels.md), likely from the next kernel's blocks waiting resident
+// beside running ones; without it the next kernel is launched as this one's blocks exit (the implicit trigger),
+// which measured 1.3-3.8 % faster per step (round 9). On a kernel launched without the attribute, or with no
 // kernel before it, the wait returns at once.
 #pragma once
 
@@ -18,7 +19,6 @@
 namespace kvcompact::cuda::dsv4::detail {
 
 __device__ __forceinline__ void wait_for_previous_grid() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
-__device__ __forceinline__ void allow_next_grid() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
 
 // The launch attribute that allows the overlap.
 inline cudaLaunchAttribute overlap_with_previous_attribute() {
