@@ -79,6 +79,26 @@ __device__ __forceinline__ void dequant_tile(std::uint8_t* tile, const std::uint
   }
 }
 
+// Copies the packed bytes of tokens [first, first + cnt) (cnt ≤ kBN) into a staging buffer: like load_tile, but a
+// region's tile is at most 321 chunks of 16 bytes (5-bit keys: 64 x 80 bytes, plus the alignment), so each thread
+// copies at most one chunk per region and needs no loop.
+__device__ __forceinline__ void copy_region(std::uint8_t* dst, const std::uint8_t* region, std::uint64_t first,
+                                            std::uint32_t cnt, std::uint32_t bpt) {
+  const std::uintptr_t start = reinterpret_cast<std::uintptr_t>(region) + first * bpt;
+  const std::uintptr_t aligned = start & ~static_cast<std::uintptr_t>(15);
+  const std::uint32_t chunks = (static_cast<std::uint32_t>(start - aligned) + cnt * bpt + 15u) / 16u;
+  if (threadIdx.x < chunks) cp_async16(dst + 16u * threadIdx.x, reinterpret_cast<const void*>(aligned + 16u * threadIdx.x));
+}
+static_assert((15 + kBN * (D * 5 / 8) + 15) / 16 <= kThreads, "one chunk per thread and region");
+__device__ __forceinline__ void copy_tile(const PrefillParams& p, std::uint8_t* base, std::uint64_t first,
+                                          std::uint32_t cnt) {
+  const Stage<D, false, kBN> s(base);
+  copy_region(s.kc, p.layer + p.key_codes, first, cnt, p.kc_bytes);
+  copy_region(s.kn, p.layer + p.key_norms, first, cnt, 4u);
+  copy_region(s.vc, p.layer + p.value_codes, first, cnt, p.vc_bytes);
+  copy_region(s.vn, p.layer + p.value_norms, first, cnt, 4u);
+}
+
 // Fills a pair table for `bits`-bit codes (2^(2 bits) entries) with half2(α c[lo], α c[hi]).
 __device__ __forceinline__ void fill_pair_table(std::uint32_t* table, std::uint32_t bits, float alpha,
                                                 const float* centroids) {
@@ -123,9 +143,9 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(PrefillParam
 
   // The first two tiles' bytes in flight while the queries are prepared (one commit group per tile, empty ones
   // included, so that "wait for all but the newest group" always means "the next tile is in").
-  if (ntiles > 0) load_tile<D, false, kBN, kThreads>(p, sm.stage[0], slot0, tile_tokens(0));
+  if (ntiles > 0) copy_tile(p, sm.stage[0], slot0, tile_tokens(0));
   cp_async_commit();
-  if (ntiles > 1) load_tile<D, false, kBN, kThreads>(p, sm.stage[1], slot0 + kBN, tile_tokens(1));
+  if (ntiles > 1) copy_tile(p, sm.stage[1], slot0 + kBN, tile_tokens(1));
   cp_async_commit();
   for (unsigned r = tid; r < kRows; r += kThreads) sm.row_limit[r] = blk.row_limit(r, p);
   fill_pair_table(sm.pair_k, p.key_code_bits, t.key_lut_scale, t.key_centroids);
@@ -230,7 +250,7 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(PrefillParam
     }
     wgmma_commit();
     // While S runs: tile it + 2's bytes go into the staging buffer tile it used; tile it + 1's keys are widened.
-    if (it + 2 < ntiles) load_tile<D, false, kBN, kThreads>(p, sm.stage[cur], slot0 + t0 + 2 * kBN, tile_tokens(it + 2));
+    if (it + 2 < ntiles) copy_tile(p, sm.stage[cur], slot0 + t0 + 2 * kBN, tile_tokens(it + 2));
     cp_async_commit();
     if (it + 1 < ntiles) dequant_keys(it + 1);
     wgmma_wait<0>();
