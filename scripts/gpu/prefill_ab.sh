@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# A/B of the TurboQuant chunked-prefill kernels on the GPU machine, every side measured in the same run: the
+# working tree ("new") against the revisions exported by scripts/gpu/dsv4_ab_prepare.sh (which exports any
+# revisions, not only DeepSeek-V4 ones, into .ab/<side>; carry ".ab"). Builds every side concurrently (the
+# prefill benchmark, and the CUDA tests for the new side), runs the new side's prefill tests and compute-sanitizer
+# memcheck / racecheck on CudaPrefillSmall (TESTS=0 skips them), then the benchmark with BENCH_ARGS (default
+# --quick) on every side, alternating, ROUNDS times, and prints per case and side the mean µs and side / base.
+# CSV of every run in $OUT/prefill_ab.csv.
+# Usage: scripts/gpu/prefill_ab.sh [ROUNDS]   (default 2)
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT="${OUT:-$PWD/out}"; mkdir -p "$OUT"
+ROUNDS="${1:-2}"
+BENCH_ARGS="${BENCH_ARGS:---quick}"
+if [ ! -f .ab/base/CMakeLists.txt ]; then
+  echo "error: no .ab/base: run scripts/gpu/dsv4_ab_prepare.sh REV first and carry .ab to this machine" >&2
+  exit 2
+fi
+source scripts/gpu/configure.sh
+BENCH=src/cuda/bench/kvcompact_cuda_tq_prefill_bench
+TESTS_BIN=tests/cuda/kvcompact_cuda_tests
+SIDES=(new)
+if [ -f .ab/sides ]; then
+  while read -r name _; do SIDES+=("$name"); done < .ab/sides
+else
+  SIDES+=(base)
+fi
+declare -A DIR=([new]=.)
+for s in "${SIDES[@]}"; do [ "$s" = new ] || DIR[$s]=".ab/$s"; done
+t0=$(date +%s)
+declare -A PID=()
+for s in "${SIDES[@]}"; do
+  d=${DIR[$s]}
+  [ "$d" != . ] && [ -d .deps ] && [ ! -e "$d/.deps" ] && ln -s "$PWD/.deps" "$d/.deps"
+  targets=kvcompact_cuda_tq_prefill_bench
+  [ "$s" = new ] && [ "${TESTS:-1}" = 1 ] && targets="$targets kvcompact_cuda_tests"
+  (cd "$d" && gpu_configure build-gpu "$OUT/ab_build_$s.log" && cmake --build build-gpu -j8 --target $targets \
+      >> "$OUT/ab_build_$s.log" 2>&1) &
+  PID[$s]=$!
+done
+for s in "${SIDES[@]}"; do
+  wait "${PID[$s]}" || { echo "error: build of side $s failed"; grep -E "error" -A3 "$OUT/ab_build_$s.log" | head -30; exit 1; }
+done
+echo "built ${#SIDES[@]} sides in $(( $(date +%s) - t0 )) s: ${SIDES[*]}; $(tr '\n' ';' < .ab/sides 2>/dev/null || cat .ab/base_rev)"
+rc=0
+if [ "${TESTS:-1}" = 1 ]; then
+  timeout "${TEST_TIMEOUT:-200}" "build-gpu/$TESTS_BIN" --gtest_filter='CudaPrefill*:CudaCache.*' > "$OUT/prefill_tests.log" 2>&1
+  rc=$?
+  echo "prefill tests (new side) exit code: $rc"
+  grep -E "^\[ *(PASSED|FAILED) |Failure" "$OUT/prefill_tests.log" | head -20
+  grep -E "^\[prefill" "$OUT/prefill_tests.log" | sed -E 's/entries.*occupancy=[0-9]+: //' | head -40
+  for tool in memcheck racecheck; do
+    timeout "${SANITIZE_TIMEOUT:-120}" compute-sanitizer --tool "$tool" --error-exitcode 3 "build-gpu/$TESTS_BIN" \
+      --gtest_filter='CudaPrefillSmall*' > "$OUT/prefill_$tool.log" 2>&1
+    code=$?
+    echo "$tool exit code: $code ; $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/prefill_$tool.log" | head -1)"
+    [ "$code" = 0 ] || rc=$code
+  done
+fi
+# Benchmark lines: mode prec [kernel] context chunk us TFLOP/s rows/blk occ (older trees print no kernel column).
+echo "round,side,mode,precision,kernel,context,us" > "$OUT/prefill_ab.csv"
+for r in $(seq 1 "$ROUNDS"); do
+  for s in "${SIDES[@]}"; do
+    timeout 120 "${DIR[$s]}/build-gpu/$BENCH" $BENCH_ARGS 2>&1 | awk -v r="$r" -v s="$s" '
+      ($1 == "recommended" || $1 == "seed") && NF >= 8 {
+        if (NF >= 9) print r "," s "," $1 "," $2 "," $3 "," $4 "," $6;
+        else print r "," s "," $1 "," $2 ",-," $3 "," $5 }' >> "$OUT/prefill_ab.csv"
+  done
+done
+python3 - "$OUT/prefill_ab.csv" <<'PY'
+import csv, sys, collections
+rows = list(csv.DictReader(open(sys.argv[1])))
+sides = list(dict.fromkeys(r["side"] for r in rows))
+acc = collections.defaultdict(list)
+for r in rows:
+    acc[(r["mode"], r["precision"], r["kernel"], r["context"], r["side"])].append(float(r["us"]))
+cases = list(dict.fromkeys((r["mode"], r["precision"], r["kernel"], r["context"]) for r in rows))
+mean = lambda v: sum(v) / len(v)
+print(f"{'mode':<12} {'prec':<5} {'kernel':<10} {'context':>8} {'side':<28} {'us':>10} {'/base':>7}")
+for c in cases:
+    base = acc.get(c + ("base",))
+    for s in sides:
+        v = acc.get(c + (s,))
+        if not v:
+            continue
+        ratio = f"{mean(v) / mean(base):7.3f}" if base else "      -"
+        print(f"{c[0]:<12} {c[1]:<5} {c[2]:<10} {c[3]:>8} {s:<28} {mean(v):10.1f} {ratio}")
+PY
+exit "$rc"
