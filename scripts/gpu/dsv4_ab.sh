@@ -11,38 +11,12 @@ cd "$(dirname "$0")/../.."
 OUT="${OUT:-$PWD/out}"; mkdir -p "$OUT"
 ROUNDS="${1:-2}"
 CASES="${CASES:-bf16 1 65536,bf16 1 1048576,fp8 1 262144,bf16 8 1048576}"
-if [ ! -f .ab/base/CMakeLists.txt ]; then
-  echo "error: no .ab/base: run scripts/gpu/dsv4_ab_prepare.sh REV first and carry .ab to this machine" >&2
-  exit 2
-fi
 source scripts/gpu/configure.sh
+source scripts/gpu/ab_common.sh
 BENCH_TARGET=kvcompact_cuda_dsv4_decode_bench
 BENCH_PATH=src/cuda/bench/kvcompact_cuda_dsv4_decode_bench
-# Sides: "new" (this tree) and every exported revision (older .ab directories have only base and base_rev).
-SIDES=(new)
-if [ -f .ab/sides ]; then
-  while read -r name _; do SIDES+=("$name"); done < .ab/sides
-else
-  SIDES+=(base)
-fi
-declare -A DIR=([new]=.)
-for s in "${SIDES[@]}"; do [ "$s" = new ] || DIR[$s]=".ab/$s"; done
-t0=$(date +%s)
-# The sides build concurrently (each build is dominated by a few long nvcc compilations, so one at a time would
-# leave most of the 16 cores idle).
-declare -A PID=()
-for s in "${SIDES[@]}"; do
-  d=${DIR[$s]}
-  # The exported trees use this tree's carried dependencies (.deps) through a link.
-  [ "$d" != . ] && [ -d .deps ] && [ ! -e "$d/.deps" ] && ln -s "$PWD/.deps" "$d/.deps"
-  (cd "$d" && gpu_configure build-gpu "$OUT/ab_build_$s.log" && cmake --build build-gpu -j8 --target "$BENCH_TARGET" \
-      >> "$OUT/ab_build_$s.log" 2>&1) &
-  PID[$s]=$!
-done
-for s in "${SIDES[@]}"; do
-  wait "${PID[$s]}" || { echo "error: build of side $s failed"; grep -E "error" -A3 "$OUT/ab_build_$s.log" | head -30; exit 1; }
-done
-echo "built ${#SIDES[@]} sides in $(( $(date +%s) - t0 )) s: ${SIDES[*]}; $(tr '\n' ';' < .ab/sides 2>/dev/null || cat .ab/base_rev)"
+ab_sides
+ab_build "$BENCH_TARGET" "$BENCH_TARGET"
 echo "round,side,storage,batch,context,us,graph_us,indexer_us,attention_us" > "$OUT/dsv4_ab.csv"
 IFS=',' read -ra LIST <<< "$CASES"
 for r in $(seq 1 "$ROUNDS"); do

@@ -12,36 +12,16 @@ cd "$(dirname "$0")/../.."
 OUT="${OUT:-$PWD/out}"; mkdir -p "$OUT"
 ROUNDS="${1:-2}"
 BENCH_ARGS="${BENCH_ARGS:---quick}"
-if [ ! -f .ab/base/CMakeLists.txt ]; then
-  echo "error: no .ab/base: run scripts/gpu/dsv4_ab_prepare.sh REV first and carry .ab to this machine" >&2
-  exit 2
-fi
 source scripts/gpu/configure.sh
+source scripts/gpu/ab_common.sh
 BENCH=src/cuda/bench/kvcompact_cuda_tq_prefill_bench
 TESTS_BIN=tests/cuda/kvcompact_cuda_tests
-SIDES=(new)
-if [ -f .ab/sides ]; then
-  while read -r name _; do SIDES+=("$name"); done < .ab/sides
+ab_sides
+if [ "${TESTS:-1}" = 1 ]; then
+  ab_build "kvcompact_cuda_tq_prefill_bench kvcompact_cuda_tests" kvcompact_cuda_tq_prefill_bench
 else
-  SIDES+=(base)
+  ab_build kvcompact_cuda_tq_prefill_bench kvcompact_cuda_tq_prefill_bench
 fi
-declare -A DIR=([new]=.)
-for s in "${SIDES[@]}"; do [ "$s" = new ] || DIR[$s]=".ab/$s"; done
-t0=$(date +%s)
-declare -A PID=()
-for s in "${SIDES[@]}"; do
-  d=${DIR[$s]}
-  [ "$d" != . ] && [ -d .deps ] && [ ! -e "$d/.deps" ] && ln -s "$PWD/.deps" "$d/.deps"
-  targets=kvcompact_cuda_tq_prefill_bench
-  [ "$s" = new ] && [ "${TESTS:-1}" = 1 ] && targets="$targets kvcompact_cuda_tests"
-  (cd "$d" && gpu_configure build-gpu "$OUT/ab_build_$s.log" && cmake --build build-gpu -j8 --target $targets \
-      >> "$OUT/ab_build_$s.log" 2>&1) &
-  PID[$s]=$!
-done
-for s in "${SIDES[@]}"; do
-  wait "${PID[$s]}" || { echo "error: build of side $s failed"; grep -E "error" -A3 "$OUT/ab_build_$s.log" | head -30; exit 1; }
-done
-echo "built ${#SIDES[@]} sides in $(( $(date +%s) - t0 )) s: ${SIDES[*]}; $(tr '\n' ';' < .ab/sides 2>/dev/null || cat .ab/base_rev)"
 rc=0
 if [ "${TESTS:-1}" = 1 ]; then
   timeout "${TEST_TIMEOUT:-200}" "build-gpu/$TESTS_BIN" --gtest_filter='CudaPrefill*:CudaCache.*' > "$OUT/prefill_tests.log" 2>&1

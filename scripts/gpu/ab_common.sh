@@ -1,0 +1,44 @@
+# Sourced by the A/B scripts (dsv4_ab.sh, prefill_ab.sh), after configure.sh: the sides that
+# scripts/gpu/dsv4_ab_prepare.sh exported into .ab (carried with the run) and their concurrent builds.
+
+# ab_sides: SIDES=(new <exported sides>) and DIR[side] = its tree ("." for new, the working tree). Exits when
+# there is no .ab/base.
+ab_sides() {
+  if [ ! -f .ab/base/CMakeLists.txt ]; then
+    echo "error: no .ab/base: run scripts/gpu/dsv4_ab_prepare.sh REV first and carry .ab to this machine" >&2
+    exit 2
+  fi
+  SIDES=(new)
+  if [ -f .ab/sides ]; then
+    while read -r name _; do SIDES+=("$name"); done < .ab/sides
+  else
+    SIDES+=(base)  # (older .ab directories have only base and base_rev)
+  fi
+  declare -gA DIR=([new]=.)
+  local s
+  for s in "${SIDES[@]}"; do [ "$s" = new ] || DIR[$s]=".ab/$s"; done
+}
+
+# ab_build "TARGETS OF NEW" "TARGETS OF THE OTHERS": builds every side in build-gpu of its tree, all at once (each
+# build is dominated by a few long nvcc compilations, so one at a time would leave most of the 16 cores idle);
+# logs in $OUT/ab_build_<side>.log. Exported trees use this tree's carried dependencies (.deps) through a link.
+# Exits when a build fails.
+ab_build() {
+  local t0 s d targets
+  t0=$(date +%s)
+  local -A pid=()
+  for s in "${SIDES[@]}"; do
+    d=${DIR[$s]}
+    [ "$d" != . ] && [ -d .deps ] && [ ! -e "$d/.deps" ] && ln -s "$PWD/.deps" "$d/.deps"
+    targets=$2
+    [ "$s" = new ] && targets=$1
+    # shellcheck disable=SC2086  # (a list of targets)
+    (cd "$d" && gpu_configure build-gpu "$OUT/ab_build_$s.log" && cmake --build build-gpu -j8 --target $targets \
+        >> "$OUT/ab_build_$s.log" 2>&1) &
+    pid[$s]=$!
+  done
+  for s in "${SIDES[@]}"; do
+    wait "${pid[$s]}" || { echo "error: build of side $s failed"; grep -E "error" -A3 "$OUT/ab_build_$s.log" | head -30; exit 1; }
+  done
+  echo "built ${#SIDES[@]} sides in $(( $(date +%s) - t0 )) s: ${SIDES[*]}; $(tr '\n' ';' < .ab/sides 2>/dev/null || cat .ab/base_rev)"
+}
