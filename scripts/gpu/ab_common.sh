@@ -1,5 +1,9 @@
-# Sourced by the A/B scripts (dsv4_ab.sh, prefill_ab.sh), after configure.sh: the sides that
-# scripts/gpu/dsv4_ab_prepare.sh exported into .ab (carried with the run) and their concurrent builds.
+# Sourced by the A/B scripts (dsv4_ab.sh, prefill_ab.sh) from the repository root: the build configuration
+# (configure.sh), $OUT (default ./out), the sides that scripts/gpu/dsv4_ab_prepare.sh exported into .ab (carried
+# with the run) and their concurrent builds.
+source scripts/gpu/configure.sh
+OUT="${OUT:-$PWD/out}"
+mkdir -p "$OUT"
 
 # ab_sides: SIDES=(new <exported sides>) and DIR[side] = its tree ("." for new, the working tree). Exits when
 # there is no .ab/base.

@@ -8,11 +8,9 @@
 # Usage: CASES="bf16 1 1048576,bf16 8 1048576" scripts/gpu/dsv4_ab.sh [ROUNDS]   (default 2 rounds)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-OUT="${OUT:-$PWD/out}"; mkdir -p "$OUT"
-ROUNDS="${1:-2}"
-CASES="${CASES:-bf16 1 65536,bf16 1 1048576,fp8 1 262144,bf16 8 1048576}"
-source scripts/gpu/configure.sh
 source scripts/gpu/ab_common.sh
+CASES="${CASES:-bf16 1 65536,bf16 1 1048576,fp8 1 262144,bf16 8 1048576}"
+ROUNDS="${1:-2}"
 BENCH_TARGET=kvcompact_cuda_dsv4_decode_bench
 BENCH_PATH=src/cuda/bench/kvcompact_cuda_dsv4_decode_bench
 ab_sides

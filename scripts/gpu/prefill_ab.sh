@@ -9,11 +9,9 @@
 # Usage: scripts/gpu/prefill_ab.sh [ROUNDS]   (default 2)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-OUT="${OUT:-$PWD/out}"; mkdir -p "$OUT"
-ROUNDS="${1:-2}"
-BENCH_ARGS="${BENCH_ARGS:---quick}"
-source scripts/gpu/configure.sh
 source scripts/gpu/ab_common.sh
+BENCH_ARGS="${BENCH_ARGS:---quick}"
+ROUNDS="${1:-2}"
 BENCH=src/cuda/bench/kvcompact_cuda_tq_prefill_bench
 TESTS_BIN=tests/cuda/kvcompact_cuda_tests
 ab_sides
