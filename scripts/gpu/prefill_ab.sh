@@ -45,23 +45,5 @@ for r in $(seq 1 "$ROUNDS"); do
         else print r "," s "," $1 "," $2 ",-," $3 "," $5 }' >> "$OUT/prefill_ab.csv"
   done
 done
-python3 - "$OUT/prefill_ab.csv" <<'PY'
-import csv, sys, collections
-rows = list(csv.DictReader(open(sys.argv[1])))
-sides = list(dict.fromkeys(r["side"] for r in rows))
-acc = collections.defaultdict(list)
-for r in rows:
-    acc[(r["mode"], r["precision"], r["kernel"], r["context"], r["side"])].append(float(r["us"]))
-cases = list(dict.fromkeys((r["mode"], r["precision"], r["kernel"], r["context"]) for r in rows))
-mean = lambda v: sum(v) / len(v)
-print(f"{'mode':<12} {'prec':<5} {'kernel':<10} {'context':>8} {'side':<28} {'us':>10} {'/base':>7}")
-for c in cases:
-    base = acc.get(c + ("base",))
-    for s in sides:
-        v = acc.get(c + (s,))
-        if not v:
-            continue
-        ratio = f"{mean(v) / mean(base):7.3f}" if base else "      -"
-        print(f"{c[0]:<12} {c[1]:<5} {c[2]:<10} {c[3]:>8} {s:<28} {mean(v):10.1f} {ratio}")
-PY
+python3 scripts/gpu/ab_table.py "$OUT/prefill_ab.csv" mode,precision,kernel,context us
 exit "$rc"

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# A/B of the TurboQuant encode kernels on the GPU machine, every side measured in the same run: the working tree
+# ("new") against the revisions exported by scripts/gpu/dsv4_ab_prepare.sh into .ab/<side> (carry ".ab"). Builds
+# every side concurrently (the encode benchmark, and the CUDA tests for the new side), runs the new side's encode
+# tests (bytes against the CPU codec) and compute-sanitizer memcheck / racecheck on CudaEncodeSmall (TESTS=0
+# skips them), then the encode benchmark (BENCH_ARGS, default the full table) on every side, alternating, ROUNDS
+# times, and prints per case and side the mean µs and side / base. CSV of every run in $OUT/encode_ab.csv.
+# Usage: scripts/gpu/encode_ab.sh [ROUNDS]   (default 2)
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+source scripts/gpu/ab_common.sh
+BENCH_ARGS="${BENCH_ARGS:-}"
+ROUNDS="${1:-2}"
+BENCH=src/cuda/bench/kvcompact_cuda_tq_encode_bench
+TESTS_BIN=tests/cuda/kvcompact_cuda_tests
+ab_sides
+if [ "${TESTS:-1}" = 1 ]; then
+  ab_build "kvcompact_cuda_tq_encode_bench kvcompact_cuda_tests" kvcompact_cuda_tq_encode_bench
+else
+  ab_build kvcompact_cuda_tq_encode_bench kvcompact_cuda_tq_encode_bench
+fi
+rc=0
+if [ "${TESTS:-1}" = 1 ]; then
+  timeout "${TEST_TIMEOUT:-300}" "build-gpu/$TESTS_BIN" --gtest_filter='CudaEncode*:EncodeQuantiser*:CudaCache.*' \
+    > "$OUT/encode_tests.log" 2>&1
+  rc=$?
+  echo "encode tests (new side) exit code: $rc"
+  grep -E "^\[ *(PASSED|FAILED) |Failure" "$OUT/encode_tests.log" | head -20
+  grep -E "^\[encode" "$OUT/encode_tests.log" | head -20
+  for tool in memcheck racecheck; do
+    timeout "${SANITIZE_TIMEOUT:-150}" compute-sanitizer --tool "$tool" --error-exitcode 3 "build-gpu/$TESTS_BIN" \
+      --gtest_filter='CudaEncodeSmall*' > "$OUT/encode_$tool.log" 2>&1
+    code=$?
+    echo "$tool exit code: $code ; $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/encode_$tool.log" | head -1)"
+    [ "$code" = 0 ] || rc=$code
+  done
+fi
+# Benchmark lines: kernel mode d dtype rows us GB/s %copy.
+echo "round,side,kernel,mode,head_dim,dtype,us" > "$OUT/encode_ab.csv"
+for r in $(seq 1 "$ROUNDS"); do
+  for s in "${SIDES[@]}"; do
+    # shellcheck disable=SC2086  # (BENCH_ARGS is a list of arguments)
+    timeout 120 "${DIR[$s]}/build-gpu/$BENCH" $BENCH_ARGS 2>&1 | awk -v r="$r" -v s="$s" '
+      ($1 == "fast" || $1 == "general") && NF == 8 { gsub(/,/, ";", $2); print r "," s "," $1 "," $2 "," $3 "," $4 "," $6 }' \
+      >> "$OUT/encode_ab.csv"
+  done
+done
+python3 scripts/gpu/ab_table.py "$OUT/encode_ab.csv" kernel,mode,head_dim,dtype us
+exit "$rc"
