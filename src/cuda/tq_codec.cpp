@@ -89,6 +89,16 @@ Result<DeviceCodec> DeviceCodec::create(const LayerCodec& codec) {
     t.value_centroids_f64[i] = vc.centroids()[i];
   }
   for (std::uint32_t i = 0; i + 1 < vc.levels(); ++i) t.value_boundaries[i] = vc.boundaries_f32()[i];
+  if (d == 64 || d == 128 || d == 256) {  // the fast encode kernel's head_dims: one rotation block
+    const float scale = t.block_scale[0];
+    if (!detail::build_encode_quantiser(kc.boundaries_f32().data(), kc.levels() - 1, cfg.has_qjl() ? 1.0f : scale,
+                                        t.key_quantiser) ||
+        !detail::build_encode_quantiser(vc.boundaries_f32().data(), vc.levels() - 1, scale, t.value_quantiser)) {
+      // (tests/cuda/encode_quantiser_test.cpp builds every codebook of these head_dims)
+      return make_error(ErrorCode::Internal, "no encode quantiser table for head_dim {} ({} / {} bits)", d,
+                        kc.bits(), vc.bits());
+    }
+  }
   for (std::uint32_t j = 0; j < d; ++j) {
     t.main_signs[j] = codec.main_rotation().signs()[j];
     t.qjl_signs[j] = codec.qjl_rotation().signs()[j];

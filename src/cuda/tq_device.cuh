@@ -4,6 +4,8 @@
 
 #include <cstdint>
 
+#include "encode_quantiser.hpp"
+
 namespace kvcompact::cuda::tq::detail {
 
 inline constexpr std::uint32_t kMaxBlocks = 8;       // power-of-two rotation blocks of a head_dim ≤ 1024
@@ -30,6 +32,10 @@ struct Tables {
   float value_centroids[32];
   float value_boundaries[32];
   double value_centroids_f64[32];
+  // The fast encode kernel's quantisers (head_dim 64 / 128 / 256 only; zero otherwise): key thresholds in the
+  // domain of the scaled y when the keys carry QJL, of the unscaled one otherwise; value thresholds unscaled.
+  EncodeQuantiser key_quantiser;
+  EncodeQuantiser value_quantiser;
   float main_signs[kMaxHeadDim];
   float qjl_signs[kMaxHeadDim];
 };

@@ -167,8 +167,13 @@ struct Fast {
 // Per-block tables in shared memory (both kinds: a warp's kind changes from step to step).
 struct FastTables {
   double c2[2][32];        // RN(c_k · c_k) in float64 (the CPU's per-term rounding of Σ c²)
-  float boundaries[2][32];
+  float thresholds[2][32];  // EncodeQuantiser::thresholds
   float centroids[2][32];
+  CellEntry cells[2][kMaxCellEntries];
+  float cell_a[2], cell_c[2], cell_scale[2];
+  // cell_code's biased addresses of cells[kind], read back from here: computed in place, ptxas splits the bias
+  // off again (one more add per lookup).
+  std::uint32_t cells_biased[2];
 };
 
 constexpr unsigned kStageBytes = 128 * 5;  // R rows × D/8 chunks × ≤ 5 code bytes = 128·cb per warp step
@@ -215,20 +220,21 @@ __device__ __noinline__ float divide_f64(float x, double norm) {
 }
 
 // x / ‖x‖ as x·(rh + rl) with r = RN(1/‖x‖) as the float-float (rh, rl): the value, and whether it is the
-// CPU's float64 division rounded to float. The estimate ± δ (δ = 2⁻⁴²|p|, ≈ 10× its error bound) rounds to
-// the same float, so no rounding boundary lies near x/‖x‖ — unless the product is tiny (subnormal range).
+// CPU's float64 division rounded to float. The estimate ± δ (δ = |x|·rd = 2⁻⁴²|x·rh|, rd = rh·2⁻⁴² exactly;
+// ≈ 10× the estimate's error bound) rounds to the same float, so no rounding boundary lies near x/‖x‖ — unless
+// the product is tiny (subnormal range). tt ± δ is one fma each: ±x·rd covers both signs whatever x's.
 struct CheckedQuotient {
   float value;
   bool exact;
 };
-__device__ __forceinline__ CheckedQuotient checked_quotient(float x, float rh, float rl) {
+__device__ __forceinline__ CheckedQuotient checked_quotient(float x, float rh, float rl, float rd) {
   const float pr = __fmul_rn(x, rh);
   const float er = __fmaf_rn(x, rh, -pr);
   const float tt = __fmaf_rn(x, rl, er);
-  const float dl = __fmul_rn(fabsf(pr), 0x1p-42f);
-  const float ya = __fadd_rn(pr, __fadd_rn(tt, dl));
-  const float yb = __fadd_rn(pr, __fsub_rn(tt, dl));
-  return {ya, ya == yb && !(fabsf(pr) < 0x1p-100f && x != 0.0f)};
+  const float ya = __fadd_rn(pr, __fmaf_rn(x, rd, tt));
+  const float yb = __fadd_rn(pr, __fmaf_rn(-x, rd, tt));
+  // (bitwise, not short-circuit: the compiler keeps the three compares in predicates)
+  return {ya, static_cast<bool>((ya == yb) & ((fabsf(pr) >= 0x1p-100f) | (x == 0.0f)))};
 }
 
 template <unsigned DT>
@@ -330,7 +336,7 @@ __device__ __noinline__ Row32 divide_exact(const uint4* cur, const uint4* masks,
 #pragma unroll
   for (unsigned m = 0; m < 32; ++m) {
     const float x = signed_value<DT>(raw, pm, m);
-    const CheckedQuotient q = checked_quotient(x, rh, rl);
+    const CheckedQuotient q = checked_quotient(x, rh, rl, __fmul_rn(rh, 0x1p-42f));
     out.v[m] = fast_div && q.exact ? q.value : divide_f64(x, norm);
   }
   return out;
@@ -351,13 +357,30 @@ __device__ __forceinline__ float window_value(const uint4 (&raw)[RawOf<DT>::kVec
   return raw_value<DT>(raw, m);
 }
 
-// Everything of one warp step after the main rotation, for code bits CB, norm correction NC and the QJL
-// residual: quantise (the CPU's binary search, its first two steps from registers), pack, Σc², the norm, the
-// residual and ρ, the QJL rotation and its sign bits; records are staged in shared memory and written with
-// wide stores. Templated so that the per-coordinate work has no branches.
+// The code of y for 3 bits and more (encode_quantiser.hpp): u = sat(fma(y, a, c)); fma.rm(u, 2^bits, 2^23) is
+// ⌊u · 2^bits⌋ + 2^23 exactly, so its bits are 0x4B000000 + the cell; code = below + (y ≥ threshold).
+// `cells_biased` = the shared-memory address of the cell entries − 8 · 0x4B000000 (mod 2^32), so that the
+// entry's address is one multiply-add of the float's bits.
+__device__ __forceinline__ std::uint32_t cell_code(float y, std::uint32_t cells_biased, float ca, float cc, float cs) {
+  float u, f;
+  asm("fma.rn.sat.f32 %0, %1, %2, %3;" : "=f"(u) : "f"(y), "f"(ca), "f"(cc));
+  asm("fma.rm.f32 %0, %1, %2, %3;" : "=f"(f) : "f"(u), "f"(cs), "f"(0x1p23f));
+  std::uint32_t threshold, below;
+  asm("ld.shared.v2.u32 {%0, %1}, [%2];"
+      : "=r"(threshold), "=r"(below)
+      : "r"(__float_as_uint(f) * 8u + cells_biased));
+  return below + (y >= __uint_as_float(threshold) ? 1u : 0u);
+}
+
+// Everything of one warp step after the main rotation's butterflies, for code bits CB, norm correction NC and
+// the QJL residual: quantise (encode_quantiser.hpp: MSE kinds compare the unscaled y with thresholds, QJL keys
+// take the ·1/√b first; 1–2 bits from registers, 3 and more by cell lookup), pack, Σc², the norm, the residual
+// and ρ, the QJL rotation and its sign bits; records are staged in shared memory and written with wide
+// stores. Templated so that the per-coordinate work has no branches.
 struct TailArgs {
   const EncodeParams* p;
-  const float* bnd;
+  const float* thr;
+  const FastTables* tab;  // the cell tables (3 bits and more)
   const float* cen;
   const double* c2;
   std::uint8_t* stage_codes;
@@ -374,9 +397,21 @@ template <unsigned D, unsigned CB, bool NC, bool QJL>
 __device__ __forceinline__ void fast_tail(float (&y)[32], const TailArgs& a) {
   using F = Fast<D>;
   constexpr unsigned L = 1u << CB;
-  const float b_mid = a.bnd[L / 2 - 1];
-  const float b_lo = CB >= 2 ? a.bnd[L / 4 - 1] : 0.0f;
-  const float b_hi = CB >= 2 ? a.bnd[3 * L / 4 - 1] : 0.0f;
+  const float b_mid = a.thr[L / 2 - 1];
+  const float b_lo = CB == 2 ? a.thr[0] : 0.0f;
+  const float b_hi = CB == 2 ? a.thr[2] : 0.0f;
+  if constexpr (QJL) {
+#pragma unroll
+    for (unsigned m = 0; m < 32; ++m) y[m] = __fmul_rn(y[m], a.scale);  // the rotation's ·1/√b
+  }
+  std::uint32_t cells_biased = 0;
+  float cell_a = 0.0f, cell_c = 0.0f, cell_scale = 0.0f;
+  if constexpr (CB >= 3) {
+    cells_biased = a.tab->cells_biased[a.kind];
+    cell_a = a.tab->cell_a[a.kind];
+    cell_c = a.tab->cell_c[a.kind];
+    cell_scale = a.tab->cell_scale[a.kind];
+  }
   double code_sq = 0.0, res_sq = 0.0;
   constexpr unsigned rec = (D / 8) * CB;
   std::uint8_t* row_stage = a.stage_codes + a.rr * rec;
@@ -388,11 +423,14 @@ __device__ __forceinline__ void fast_tail(float (&y)[32], const TailArgs& a) {
     for (unsigned k = 0; k < 8; ++k) {
       const unsigned m = 8 * i + k;
       const float v = y[m];
-      const bool p1 = v >= b_mid;
-      std::uint32_t idx = p1 ? L / 2 : 0u;
-      if constexpr (CB >= 2) idx += (v >= (p1 ? b_hi : b_lo)) ? L / 4 : 0u;
-#pragma unroll
-      for (unsigned step = L / 8; step >= 1; step >>= 1) idx += (v >= a.bnd[idx + step - 1]) ? step : 0u;
+      std::uint32_t idx;
+      if constexpr (CB >= 3) {
+        idx = cell_code(v, cells_biased, cell_a, cell_c, cell_scale);
+      } else {
+        const bool p1 = v >= b_mid;
+        idx = p1 ? L / 2 : 0u;
+        if constexpr (CB == 2) idx += (v >= (p1 ? b_hi : b_lo)) ? 1u : 0u;
+      }
       half[k >> 2] |= idx << ((k & 3u) * CB);
       if constexpr (NC) code_sq = __dadd_rn(code_sq, a.c2[idx]);
       if constexpr (QJL) {
@@ -486,10 +524,22 @@ __global__ void __launch_bounds__(kEncodeFastWarps * 32, 2) encode_fast_kernel(E
     const double ck = gt.key_centroids_f64[i], cv = gt.value_centroids_f64[i];
     tab.c2[0][i] = __dmul_rn(ck, ck);
     tab.c2[1][i] = __dmul_rn(cv, cv);
-    tab.boundaries[0][i] = gt.key_boundaries[i];
-    tab.boundaries[1][i] = gt.value_boundaries[i];
+    tab.thresholds[0][i] = gt.key_quantiser.thresholds[i];
+    tab.thresholds[1][i] = gt.value_quantiser.thresholds[i];
     tab.centroids[0][i] = gt.key_centroids[i];
     tab.centroids[1][i] = gt.value_centroids[i];
+  }
+  for (unsigned i = threadIdx.x; i < 2 * kMaxCellEntries; i += blockDim.x) {
+    const unsigned kind = i / kMaxCellEntries;
+    tab.cells[kind][i % kMaxCellEntries] = (kind ? gt.value_quantiser : gt.key_quantiser).cells[i % kMaxCellEntries];
+  }
+  if (threadIdx.x < 2) {
+    const EncodeQuantiser& q = threadIdx.x ? gt.value_quantiser : gt.key_quantiser;
+    tab.cell_a[threadIdx.x] = q.cell_a;
+    tab.cell_c[threadIdx.x] = q.cell_c;
+    tab.cell_scale[threadIdx.x] = q.cell_scale;
+    tab.cells_biased[threadIdx.x] =
+        static_cast<std::uint32_t>(__cvta_generic_to_shared(tab.cells[threadIdx.x])) - 8u * 0x4B000000u;
   }
   const unsigned lane = threadIdx.x & 31u;
   const unsigned warp = threadIdx.x >> 5;
@@ -608,10 +658,11 @@ __global__ void __launch_bounds__(kEncodeFastWarps * 32, 2) encode_fast_kernel(E
       const double rcp = __drcp_rn(norm);
       rh = __double2float_rn(rcp);
       rl = __double2float_rn(__dsub_rn(rcp, static_cast<double>(rh)));
+      const float rd = __fmul_rn(rh, 0x1p-42f);  // exact: rh ≥ 2⁻⁶¹ here
 #pragma unroll
       for (unsigned m = 0; m < 32; ++m) {
-        const CheckedQuotient q = checked_quotient(y[m], rh, rl);
-        slow = slow || !q.exact;
+        const CheckedQuotient q = checked_quotient(y[m], rh, rl, rd);
+        slow |= !q.exact;
         y[m] = q.value;
       }
     } else {
@@ -626,13 +677,12 @@ __global__ void __launch_bounds__(kEncodeFastWarps * 32, 2) encode_fast_kernel(E
       for (unsigned m = 0; m < 32; ++m) y[m] = exact.v[m];
     }
 
-    fast_butterflies<D>(y, t);
-#pragma unroll
-    for (unsigned m = 0; m < 32; ++m) y[m] = __fmul_rn(y[m], scale);
+    fast_butterflies<D>(y, t);  // (the ·1/√b: only QJL keys need it, in fast_tail)
 
     TailArgs a;
     a.p = &p;
-    a.bnd = tab.boundaries[kind];
+    a.thr = tab.thresholds[kind];
+    a.tab = &tab;
     a.cen = tab.centroids[kind];
     a.c2 = tab.c2[kind];
     a.stage_codes = stage_codes[warp];
