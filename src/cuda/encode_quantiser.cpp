@@ -7,10 +7,8 @@
 
 namespace kvcompact::cuda::tq::detail {
 
-namespace {
-
-// The smallest float y with RN(y · scale) ≥ b. RN(y · scale) is non-decreasing in y, so step from an estimate.
-float threshold_for(float b, float scale) {
+// RN(y · scale) is non-decreasing in y, so step from an estimate.
+float scaled_threshold(float b, float scale) {
   const auto reaches = [&](float y) { return y * scale >= b; };  // one f32 multiplication, round to nearest
   float y = static_cast<float>(static_cast<double>(b) / static_cast<double>(scale));
   while (!reaches(y)) y = std::nextafter(y, std::numeric_limits<float>::infinity());
@@ -20,6 +18,8 @@ float threshold_for(float b, float scale) {
     y = lower;
   }
 }
+
+namespace {
 
 // The kernel's cell of y: fma.rn.sat (NaN → +0), then fma.rm(u, 2^bits, 2^23), whose result is ⌊u · 2^bits⌋ + 2^23
 // exactly (u · 2^bits is exact and the float spacing in [2^23, 2^24) is 1).
@@ -37,7 +37,7 @@ bool build_encode_quantiser(const float* boundaries, std::uint32_t count, float 
   if (count == 0 || count > 31 || !(scale > 0.0f) || !std::isfinite(scale)) return false;
   for (std::uint32_t j = 0; j < count; ++j) {
     if (!std::isfinite(boundaries[j])) return false;
-    out.thresholds[j] = scale == 1.0f ? boundaries[j] : threshold_for(boundaries[j], scale);
+    out.thresholds[j] = scale == 1.0f ? boundaries[j] : scaled_threshold(boundaries[j], scale);
     if (j > 0 && !(out.thresholds[j] > out.thresholds[j - 1])) return false;
   }
   // Cells over [t_0, t_last] widened by one mean gap on each side (any a, c would be exact; these spread the

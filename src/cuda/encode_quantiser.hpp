@@ -38,6 +38,10 @@ struct EncodeQuantiser {
 // never does for the codebooks of head_dim 64 / 128 / 256, which encode_quantiser_test builds).
 bool build_encode_quantiser(const float* boundaries, std::uint32_t count, float scale, EncodeQuantiser& out);
 
+// The smallest float y with RN(y · scale) ≥ b (scale > 0, b finite): y ≥ it ⟺ RN(y · scale) ≥ b. The QJL sign
+// bits use it with b = 0 (the sign of RN(y · scale), −0 counting as ≥ 0, without the multiplication).
+float scaled_threshold(float b, float scale);
+
 // Host mirrors of the kernel's two quantisers (the same float operations), for tests.
 std::uint32_t quantise_by_cells(const EncodeQuantiser& q, float y);
 std::uint32_t quantise_by_thresholds(const EncodeQuantiser& q, std::uint32_t count, float y);

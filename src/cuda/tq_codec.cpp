@@ -98,6 +98,7 @@ Result<DeviceCodec> DeviceCodec::create(const LayerCodec& codec) {
       return make_error(ErrorCode::Internal, "no encode quantiser table for head_dim {} ({} / {} bits)", d,
                         kc.bits(), vc.bits());
     }
+    t.qjl_sign_threshold = detail::scaled_threshold(0.0f, scale);
   }
   for (std::uint32_t j = 0; j < d; ++j) {
     t.main_signs[j] = codec.main_rotation().signs()[j];

@@ -36,6 +36,7 @@ struct Tables {
   // domain of the scaled y when the keys carry QJL, of the unscaled one otherwise; value thresholds unscaled.
   EncodeQuantiser key_quantiser;
   EncodeQuantiser value_quantiser;
+  float qjl_sign_threshold;  // scaled_threshold(0, 1/√b): the QJL sign bit is y ≥ it (no ·1/√b)
   float main_signs[kMaxHeadDim];
   float qjl_signs[kMaxHeadDim];
 };

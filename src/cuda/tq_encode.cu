@@ -388,6 +388,7 @@ struct TailArgs {
   std::uint64_t slot0;
   double norm;
   float scale;
+  float sign_threshold;  // Tables::qjl_sign_threshold
   std::uint32_t qjl_mask;
   unsigned lane, t, rr, rows_here, kind;
   bool good, valid;
@@ -478,7 +479,7 @@ __device__ __forceinline__ void fast_tail(float (&y)[32], const TailArgs& a) {
     for (unsigned i = 0; i < 4; ++i) {
       std::uint32_t byte = 0;
 #pragma unroll
-      for (unsigned k = 0; k < 8; ++k) byte |= (__fmul_rn(y[8 * i + k], a.scale) >= 0.0f ? 1u : 0u) << k;
+      for (unsigned k = 0; k < 8; ++k) byte |= (y[8 * i + k] >= a.sign_threshold ? 1u : 0u) << k;  // RN(y/√b) ≥ 0
       a.stage_signs[a.rr * (D / 8) + F::G * i + a.t] = static_cast<std::uint8_t>(a.good ? byte : 0u);
     }
     __syncwarp();
@@ -560,6 +561,7 @@ __global__ void __launch_bounds__(kEncodeFastWarps * 32, 2) encode_fast_kernel(E
     for (unsigned k = 0; k < 8; ++k) qjl_mask |= (gt.qjl_signs[8 * (F::G * i + t) + k] < 0.0f ? 1u : 0u) << (8 * i + k);
   }
   const float scale = gt.block_scale[0];
+  const float sign_threshold = gt.qjl_sign_threshold;
   const std::uint32_t key_bits = gt.key_code_bits, value_bits = gt.value_bits;
   const bool has_qjl = gt.has_qjl != 0, norm_correction = gt.norm_correction != 0;
   __syncthreads();
@@ -690,6 +692,7 @@ __global__ void __launch_bounds__(kEncodeFastWarps * 32, 2) encode_fast_kernel(E
     a.slot0 = slot0;
     a.norm = norm;
     a.scale = scale;
+    a.sign_threshold = sign_threshold;
     a.qjl_mask = qjl_mask;
     a.lane = lane;
     a.t = t;

@@ -135,6 +135,30 @@ TEST(EncodeQuantiser, RecommendedCodebooksOverEveryFloat) {
   }
 }
 
+// The QJL sign bit without the multiplication: y ≥ scaled_threshold(0, s) ⟺ RN(y · s) ≥ 0 (−0 counts as ≥ 0).
+TEST(EncodeQuantiser, SignThresholdMatchesTheScaledSign) {
+  const std::uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<std::uint32_t> any_bits;
+  for (std::uint32_t d : {64u, 128u, 256u}) {
+    const float s = 1.0f / std::sqrt(static_cast<float>(d));
+    const float t0 = scaled_threshold(0.0f, s);
+    EXPECT_LT(t0, 0.0f) << "d " << d;  // a few negative subnormals still round to −0
+    auto check = [&](float y) {
+      ASSERT_EQ(y >= t0, y * s >= 0.0f) << "d " << d << " y " << y << " (bits 0x" << std::hex << to_bits(y) << ")";
+    };
+    for (std::uint32_t b = 0; b < (1u << 20); ++b) {  // every float of magnitude below ≈ 1.5e-39, both signs
+      check(from_bits(b));
+      check(from_bits(b | 0x80000000u));
+    }
+    for (int i = 0; i < (1 << 20); ++i) check(from_bits(any_bits(rng)));
+    check(std::numeric_limits<float>::infinity());
+    check(-std::numeric_limits<float>::infinity());
+    check(std::numeric_limits<float>::quiet_NaN());
+  }
+}
+
 TEST(EncodeQuantiser, RejectsUnorderedOrNonFiniteBoundaries) {
   EncodeQuantiser q;
   const float unordered[3] = {0.1f, -0.1f, 0.2f};
