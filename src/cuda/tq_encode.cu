@@ -10,6 +10,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "encode_division.hpp"
 #include "encode_params.hpp"
 
 namespace kvcompact::cuda::tq::detail {
@@ -217,24 +218,6 @@ __device__ __forceinline__ float flip(float v, std::uint32_t mask, unsigned m) {
 // The CPU's y = float(x / ‖x‖) in float64, out of line: only rare coordinates and rows take it.
 __device__ __noinline__ float divide_f64(float x, double norm) {
   return __double2float_rn(__ddiv_rn(static_cast<double>(x), norm));
-}
-
-// x / ‖x‖ as x·(rh + rl) with r = RN(1/‖x‖) as the float-float (rh, rl): the value, and whether it is the
-// CPU's float64 division rounded to float. The estimate ± δ (δ = |x|·rd = 2⁻⁴²|x·rh|, rd = rh·2⁻⁴² exactly;
-// ≈ 10× the estimate's error bound) rounds to the same float, so no rounding boundary lies near x/‖x‖ — unless
-// the product is tiny (subnormal range). tt ± δ is one fma each: ±x·rd covers both signs whatever x's.
-struct CheckedQuotient {
-  float value;
-  bool exact;
-};
-__device__ __forceinline__ CheckedQuotient checked_quotient(float x, float rh, float rl, float rd) {
-  const float pr = __fmul_rn(x, rh);
-  const float er = __fmaf_rn(x, rh, -pr);
-  const float tt = __fmaf_rn(x, rl, er);
-  const float ya = __fadd_rn(pr, __fmaf_rn(x, rd, tt));
-  const float yb = __fadd_rn(pr, __fmaf_rn(-x, rd, tt));
-  // (bitwise, not short-circuit: the compiler keeps the three compares in predicates)
-  return {ya, static_cast<bool>((ya == yb) & ((fabsf(pr) >= 0x1p-100f) | (x == 0.0f)))};
 }
 
 template <unsigned DT>
