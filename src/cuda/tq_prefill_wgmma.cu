@@ -1,14 +1,16 @@
-// Chunked-prefill attention on warpgroup MMAs (wgmma, sm_90a) for head_dim 128 with MSE keys (no QJL): the same
-// contract and the same numbers as prefill_kernel (tq_prefill.cu) — fp16 hi + lo queries, fp16 α·centroid
-// tiles, P' = p · n_v / R · 2^15 as fp16 hi (+ lo with HiLo), fp32 accumulation — with the tensor-core work on
-// wgmma instead of mma.sync:
-//   three warpgroups, each owning 64 of the block's 192 query rows (48 tokens x a GQA group of 4); the queries
-//   (hi and lo) sit once in shared memory in the SW128 layout (wgmma.cuh), 64-token key and value tiles are
-//   dequantised once per block into SW128 fp16 tiles (double-buffered, 4 pair-table lookups per 8 coordinates),
-//   S = Q_hi·Kᵀ + Q_lo·Kᵀ reads both from shared memory (16 m64n64k16), and O += P'·V takes P' from registers
-//   (the S accumulators turned into A fragments) and V MN-major (8 or 16 m64n64k16).
-// Per tile: barrier → S of tile i issued → the next tile's keys dequantised while S runs → softmax → P'·V issued →
-// the next tile's values dequantised while P'·V runs. Packed bytes are copied with cp.async two tiles ahead.
+// Chunked-prefill attention on warpgroup MMAs (wgmma, sm_90a) for head_dim 128 with MSE keys (no QJL), warp-
+// specialised: the same contract and the same numbers as prefill_kernel (tq_prefill.cu) — fp16 hi + lo queries,
+// fp16 α·centroid tiles, P' = p · n_v / R · 2^15 as fp16 hi (+ lo with HiLo), fp32 accumulation.
+//   - a producer warpgroup copies each 64-token tile's packed bytes (cp.async, two tiles ahead) and dequantises
+//     keys and values into a ring of kStages SW128 fp16 stages, with the tile's per-token factors; an mbarrier
+//     per stage says "full", another "empty";
+//   - kConsumers (3) consumer warpgroups, each owning 64 of the block's 192 query rows, wait for a full stage,
+//     run S = Q_hi·Kᵀ + Q_lo·Kᵀ (16 m64n64k16 from shared memory), the softmax on the accumulators and
+//     O += P'·V (P' from registers), then release the stage. No block barrier in the loop: the consumer
+//     warpgroups drift apart, so one's softmax overlaps another's MMAs and the producer's dequantisation.
+//   - 512 threads get 128 registers each at launch; with three consumers `setmaxnreg` moves registers from the
+//     producer (56) to the consumers (152), which would spill at 128. (Two consumers need no move: 384 threads
+//     at 167 registers; they measured 17 % slower at 32K, one producer then feeding only 128 rows.)
 // docs/cuda-prefill.md describes both kernels; prefill_device.cuh holds their shared pieces.
 #include <cuda_fp16.h>
 
@@ -25,32 +27,54 @@ namespace {
 using namespace prefill;
 
 constexpr int D = 128;
-// Warpgroups per block (each owns 64 query rows); overridable at compile time for tuning. Three (192 rows, 168
-// registers, 12 warps per multiprocessor) ran 8-9 % faster than two on the H200 (docs/cuda-prefill.md).
-#ifndef KVC_PREFILL_WGMMA_GROUPS
-#define KVC_PREFILL_WGMMA_GROUPS 3
+// Consumer warpgroups per block (each owns 64 query rows), registers per thread of the producer and of the
+// consumers after the setmaxnreg moves (three consumers only), and stages of the fp16 tile ring; overridable at
+// compile time for tuning (32 / 160 registers measured 4-6 % slower than 56 / 152).
+#ifndef KVC_PREFILL_WS_CONSUMERS
+#define KVC_PREFILL_WS_CONSUMERS 3
 #endif
-constexpr unsigned kGroups = KVC_PREFILL_WGMMA_GROUPS;
-constexpr unsigned kThreads = 128 * kGroups;
+#ifndef KVC_PREFILL_WS_PRODUCER_REGS
+#define KVC_PREFILL_WS_PRODUCER_REGS 56
+#endif
+#ifndef KVC_PREFILL_WS_CONSUMER_REGS
+#define KVC_PREFILL_WS_CONSUMER_REGS 152
+#endif
+#ifndef KVC_PREFILL_WS_STAGES
+#define KVC_PREFILL_WS_STAGES 3
+#endif
+constexpr unsigned kConsumers = KVC_PREFILL_WS_CONSUMERS;
+constexpr bool kMoveRegisters = kConsumers == 3;  // 512 threads: 128 registers each at launch
+constexpr unsigned kProducerRegs = KVC_PREFILL_WS_PRODUCER_REGS, kConsumerRegs = KVC_PREFILL_WS_CONSUMER_REGS;
+static_assert(!kMoveRegisters || (128 * (3 * kConsumerRegs + kProducerRegs) <= 65536 && kProducerRegs % 8 == 0 &&
+                                  kConsumerRegs % 8 == 0 && kProducerRegs >= 24 && kConsumerRegs <= 256),
+              "setmaxnreg: multiples of 8 in [24, 256] whose total fits the multiprocessor's 64K registers");
+constexpr unsigned kStages = KVC_PREFILL_WS_STAGES;
+constexpr unsigned kConsumerThreads = 128 * kConsumers;
+constexpr unsigned kProducerThreads = 128;
+constexpr unsigned kThreads = kConsumerThreads + kProducerThreads;  // the producer is the last warpgroup
 constexpr unsigned kWarps = kThreads / 32;
-constexpr unsigned kRows = 64 * kGroups;  // query rows per block
-constexpr unsigned kBN = 64;     // key / value tokens per tile
-constexpr unsigned kQBytes = kRows * D * 2;  // SW128: two column blocks of kRows rows x 128 bytes
+constexpr unsigned kConsumerWarps = kConsumerThreads / 32;
+constexpr unsigned kRows = 64 * kConsumers;  // query rows per block
+constexpr unsigned kBN = 64;                 // key / value tokens per tile
+constexpr unsigned kQBytes = kRows * D * 2;   // SW128: two column blocks of kRows rows x 128 bytes
 constexpr unsigned kTileBytes = kBN * D * 2;  // SW128: two column blocks of 64 rows x 128 bytes
 constexpr unsigned kQBlock = kRows * 128;     // bytes of one 64-column block of the queries
 constexpr unsigned kTileBlock = kBN * 128;    // ... of a tile
+// Named barriers (0 is __syncthreads): the producer warpgroup's own, and the consumers' for the epilogue.
+constexpr unsigned kProducerBarrier = 1, kConsumerBarrier = 2;
 using Staged = StageLayout<D, false, kBN>;
 
 struct Smem {
   std::uint8_t qhi[kQBytes];  // 1024-byte aligned (the struct is placed so); with qlo, the epilogue rows after
-  std::uint8_t qlo[kQBytes];  //   the main loop (128 x 128 floats)
-  std::uint8_t k[2][kTileBytes];
-  std::uint8_t v[2][kTileBytes];
-  std::uint8_t stage[2][Staged::bytes];
-  float kscale[2][kBN];  // key norms of a tile's tokens (0 past its end)
-  float vfac[2][kBN];    // n_v / R · 2^15 (0 past its end)
-  float ratio[2];        // R before / R after the tile (the accumulator's rescale)
-  float r_final;         // R after the last tile
+  std::uint8_t qlo[kQBytes];  //   the main loop (kRows x 128 floats)
+  std::uint8_t k[kStages][kTileBytes];
+  std::uint8_t v[kStages][kTileBytes];
+  std::uint8_t packed[2][Staged::bytes];  // the producer's cp.async staging
+  float kscale[kStages][kBN];  // key norms of a stage's tokens (0 past the tile's end)
+  float vfac[kStages][kBN];    // n_v / R · 2^15 (0 past the tile's end)
+  float ratio[kStages];        // R before / R after the stage's tile (the accumulator's rescale)
+  float r_final;               // R after the last tile
+  unsigned long long full[kStages], empty[kStages];  // mbarriers
   float rowfac_c[kRows], rowfac_s[kRows], row_m[kRows], row_l[kRows];
   std::uint32_t row_limit[kRows];
   // Pair tables: entry (code of the higher coordinate) · 2^bits + (code of the lower one) → half2 of α·centroid,
@@ -60,43 +84,68 @@ struct Smem {
 constexpr unsigned kSmemBytes = sizeof(Smem) + 1024;  // + alignment slack
 static_assert(kSmemBytes <= 227 * 1024, "one block per multiprocessor");
 static_assert(2 * kQBytes >= kRows * D * 4, "the epilogue rows fit in the query area");
+static_assert(kConsumers >= 1 && kConsumers <= 3 && kStages >= 2, "block shape");
 static_assert(kWarps * 2 * D * 4 <= kTileBytes, "query preparation scratch fits in a tile buffer");
 static_assert(Staged::bytes % 16 == 0, "staging buffers stay 16-byte aligned");
 
-// Keys (or values) of one staged tile → the SW128 fp16 tile: chunk c = (token c / 16, group c % 16) goes to
-// thread c % kThreads; a row's 8 chunks of one column block land on distinct banks.
-__device__ __forceinline__ void dequant_tile(std::uint8_t* tile, const std::uint8_t* codes, std::uint32_t shift,
-                                             std::uint32_t bytes_per_token, std::uint32_t bits,
+// Keys (or values) of one staged tile → the SW128 fp16 tile, by the producer warpgroup (thread pt): chunk c =
+// (token c / 16, group c % 16) goes to thread c % 128; a row's 8 chunks of one column block land on distinct banks.
+__device__ __forceinline__ void dequant_tile(unsigned pt, std::uint8_t* tile, const std::uint8_t* codes,
+                                             std::uint32_t shift, std::uint32_t bytes_per_token, std::uint32_t bits,
                                              const std::uint32_t* pairs) {
   constexpr unsigned kChunks = kBN * (D / 8);
+  static_assert(kChunks % kProducerThreads == 0, "whole rounds");
 #pragma unroll
-  for (unsigned j = 0; j < (kChunks + kThreads - 1) / kThreads; ++j) {
-    const unsigned c = threadIdx.x + j * kThreads;
-    if (kChunks % kThreads != 0 && c >= kChunks) break;
+  for (unsigned j = 0; j < kChunks / kProducerThreads; ++j) {
+    const unsigned c = pt + j * kProducerThreads;
     const unsigned tt = c / 16, gg = c % 16;
     *reinterpret_cast<uint4*>(tile + sw128_offset(tt, gg * 8, kBN)) =
         dequant_group_by_pairs(codes, shift + tt * bytes_per_token + gg * bits, bits, pairs);
   }
 }
 
-// Copies the packed bytes of tokens [first, first + cnt) (cnt ≤ kBN) into a staging buffer: like load_tile, but a
-// region's tile is at most 321 chunks of 16 bytes (5-bit keys: 64 x 80 bytes, plus the alignment), so each thread
-// copies at most one chunk per region and needs no loop.
-__device__ __forceinline__ void copy_region(std::uint8_t* dst, const std::uint8_t* region, std::uint64_t first,
-                                            std::uint32_t cnt, std::uint32_t bpt) {
+// Copies the packed bytes of tokens [first, first + cnt) of one region into a staging buffer, by the producer
+// warpgroup (thread pt), as 16-byte cp.async chunks covering them (up to 15 bytes past the last record: inside the
+// next region or the layer buffer's documented slack).
+__device__ __forceinline__ void copy_region(unsigned pt, std::uint8_t* dst, const std::uint8_t* region,
+                                            std::uint64_t first, std::uint32_t cnt, std::uint32_t bpt) {
   const std::uintptr_t start = reinterpret_cast<std::uintptr_t>(region) + first * bpt;
   const std::uintptr_t aligned = start & ~static_cast<std::uintptr_t>(15);
   const std::uint32_t chunks = (static_cast<std::uint32_t>(start - aligned) + cnt * bpt + 15u) / 16u;
-  if (threadIdx.x < chunks) cp_async16(dst + 16u * threadIdx.x, reinterpret_cast<const void*>(aligned + 16u * threadIdx.x));
+  for (std::uint32_t c = pt; c < chunks; c += kProducerThreads) {
+    cp_async16(dst + 16u * c, reinterpret_cast<const void*>(aligned + 16u * c));
+  }
 }
-static_assert((15 + kBN * (D * 5 / 8) + 15) / 16 <= kThreads, "one chunk per thread and region");
-__device__ __forceinline__ void copy_tile(const PrefillParams& p, std::uint8_t* base, std::uint64_t first,
-                                          std::uint32_t cnt) {
+__device__ __forceinline__ void copy_tile(unsigned pt, const PrefillParams& p, std::uint8_t* base,
+                                          std::uint64_t first, std::uint32_t cnt) {
   const Stage<D, false, kBN> s(base);
-  copy_region(s.kc, p.layer + p.key_codes, first, cnt, p.kc_bytes);
-  copy_region(s.kn, p.layer + p.key_norms, first, cnt, 4u);
-  copy_region(s.vc, p.layer + p.value_codes, first, cnt, p.vc_bytes);
-  copy_region(s.vn, p.layer + p.value_norms, first, cnt, 4u);
+  copy_region(pt, s.kc, p.layer + p.key_codes, first, cnt, p.kc_bytes);
+  copy_region(pt, s.kn, p.layer + p.key_norms, first, cnt, 4u);
+  copy_region(pt, s.vc, p.layer + p.value_codes, first, cnt, p.vc_bytes);
+  copy_region(pt, s.vn, p.layer + p.value_norms, first, cnt, 4u);
+}
+
+// mbarriers (shared::cta). wait(parity) returns once the phase with that parity has completed.
+__device__ __forceinline__ std::uint32_t smem_address(const void* p) {
+  return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void mbarrier_init(unsigned long long* bar, std::uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_address(bar)), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbarrier_arrive(unsigned long long* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_address(bar)) : "memory");
+}
+__device__ __forceinline__ void mbarrier_wait(unsigned long long* bar, std::uint32_t parity) {
+  asm volatile(
+      "{\n.reg .pred done;\nwait_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra wait_%=;\n}\n" ::"r"(smem_address(bar)),
+      "r"(parity)
+      : "memory");
+}
+// A barrier among `threads` threads (whole warps) only.
+__device__ __forceinline__ void named_barrier(unsigned id, unsigned threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
 // Fills a pair table for `bits`-bit codes (2^(2 bits) entries) with half2(α c[lo], α c[hi]).
@@ -135,21 +184,30 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(PrefillParam
   const Tables& t = *p.tables;
   const unsigned tid = threadIdx.x, lane = tid % 32, warp = tid / 32, x = tid / 128;
   const unsigned g = lane / 4, tig = lane % 4;
+  const bool producer = tid >= kConsumerThreads;
+  const unsigned pt = tid - kConsumerThreads;  // the producer's thread index (producer threads only)
   BlockRange blk;
   if (!blk.init(p, kBN)) return;
   const std::uint32_t kend = blk.kend, ntiles = blk.ntiles;
   const std::uint64_t slot0 = blk.slot0;
   auto tile_tokens = [&](std::uint32_t i) { return min(kBN, kend - i * kBN); };
 
-  // The first two tiles' bytes in flight while the queries are prepared (one commit group per tile, empty ones
-  // included, so that "wait for all but the newest group" always means "the next tile is in").
-  if (ntiles > 0) copy_tile(p, sm.stage[0], slot0, tile_tokens(0));
-  cp_async_commit();
-  if (ntiles > 1) copy_tile(p, sm.stage[1], slot0 + kBN, tile_tokens(1));
-  cp_async_commit();
+  // The producer starts the first two tiles' copies while everybody prepares the queries (one commit group per
+  // tile, empty ones included, so that "all but the newest group" always means "the tile needed now").
+  if (producer) {
+    if (ntiles > 0) copy_tile(pt, p, sm.packed[0], slot0, tile_tokens(0));
+    cp_async_commit();
+    if (ntiles > 1) copy_tile(pt, p, sm.packed[1], slot0 + kBN, tile_tokens(1));
+    cp_async_commit();
+  }
   for (unsigned r = tid; r < kRows; r += kThreads) sm.row_limit[r] = blk.row_limit(r, p);
   fill_pair_table(sm.pair_k, p.key_code_bits, t.key_lut_scale, t.key_centroids);
   fill_pair_table(sm.pair_v, p.value_bits, t.value_lut_scale, t.value_centroids);
+  if (tid < kStages) {
+    mbarrier_init(&sm.full[tid], kProducerThreads);
+    mbarrier_init(&sm.empty[tid], kConsumerThreads);
+  }
+  if (tid == 0) sm.r_final = 0.0f;
   // A negative softmax scale is folded into the queries (fp16 negation is exact), so that every row factor is
   // positive and a row's largest score is its factor times its largest S · n_k.
   const std::uint32_t neg = p.scale_log2 < 0.0f ? 0x80008000u : 0u;
@@ -160,65 +218,66 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(PrefillParam
         *reinterpret_cast<std::uint32_t*>(sm.qhi + off) = h ^ neg;
         *reinterpret_cast<std::uint32_t*>(sm.qlo + off) = l ^ neg;
       });
+  fence_shared_for_async();
+  __syncthreads();  // queries, tables, row limits and the mbarriers are ready; the query scratch (k[0]) is free
 
-  // Per-token factors of a staged tile (two tokens per lane; zeros past the tile's end). Keys (warp 1): the
-  // norms. Values (warp 0): n_v / R · 2^15 with R the running maximum of the value norms, kept in registers of
-  // warp 0 (P' = p · n_v / R · 2^15 ≤ 2^15 for any norms).
-  float r_run = 0.0f;
-  auto key_factors = [&](const Stage<D, false, kBN>& s, unsigned buf, std::uint32_t i) {
-    const float* kn = reinterpret_cast<const float*>(staged_row0(s.kn, p.layer + p.key_norms, slot0 + i * kBN, 4u));
-    const std::uint32_t cnt = tile_tokens(i);
-    sm.kscale[buf][lane] = lane < cnt ? kn[lane] : 0.0f;
-    sm.kscale[buf][lane + 32] = lane + 32 < cnt ? kn[lane + 32] : 0.0f;
-  };
-  auto value_factors = [&](const Stage<D, false, kBN>& s, unsigned buf, std::uint32_t i) {
-    const float* vn = reinterpret_cast<const float*>(staged_row0(s.vn, p.layer + p.value_norms, slot0 + i * kBN, 4u));
-    const std::uint32_t cnt = tile_tokens(i);
-    const float n0 = lane < cnt ? vn[lane] : 0.0f, n1 = lane + 32 < cnt ? vn[lane + 32] : 0.0f;
-    float tmax = fmaxf(n0, n1);
-    for (int o = 16; o > 0; o >>= 1) tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, o));
-    const float r_new = fmaxf(r_run, tmax);
-    sm.vfac[buf][lane] = r_new > 0.0f ? n0 / r_new * kPScale : 0.0f;
-    sm.vfac[buf][lane + 32] = r_new > 0.0f ? n1 / r_new * kPScale : 0.0f;
-    if (lane == 0) {
-      sm.ratio[buf] = r_run > 0.0f ? r_run / r_new : 1.0f;
-      sm.r_final = r_new;
+  if (producer) {
+    if constexpr (kMoveRegisters) asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
+    // ---- producer: tile i → stage i % kStages. Key factors by its first warp, value factors (R, the running
+    // maximum of the value norms, in its registers) by its second.
+    const unsigned pw = pt / 32;
+    float r_run = 0.0f;
+    for (std::uint32_t i = 0; i < ntiles; ++i) {
+      const unsigned stage = i % kStages, buf = i & 1u;
+      cp_async_wait1();  // this thread's copies of tile i (tile i + 1's may still run)
+      named_barrier(kProducerBarrier, kProducerThreads);  // everybody's copies of tile i are in
+      if (i >= kStages) mbarrier_wait(&sm.empty[stage], (i / kStages - 1) & 1u);  // its consumers are done
+      const Stage<D, false, kBN> s(sm.packed[buf]);
+      const std::uint64_t first = slot0 + i * kBN;
+      const std::uint32_t cnt = tile_tokens(i);
+      dequant_tile(pt, sm.k[stage], s.kc, staged_row0(s.kc, p.layer + p.key_codes, first, p.kc_bytes) - s.kc,
+                   p.kc_bytes, p.key_code_bits, sm.pair_k);
+      dequant_tile(pt, sm.v[stage], s.vc, staged_row0(s.vc, p.layer + p.value_codes, first, p.vc_bytes) - s.vc,
+                   p.vc_bytes, p.value_bits, sm.pair_v);
+      if (pw == 0) {
+        const float* kn = reinterpret_cast<const float*>(staged_row0(s.kn, p.layer + p.key_norms, first, 4u));
+        sm.kscale[stage][lane] = lane < cnt ? kn[lane] : 0.0f;
+        sm.kscale[stage][lane + 32] = lane + 32 < cnt ? kn[lane + 32] : 0.0f;
+      } else if (pw == 1) {
+        const float* vn = reinterpret_cast<const float*>(staged_row0(s.vn, p.layer + p.value_norms, first, 4u));
+        const float n0 = lane < cnt ? vn[lane] : 0.0f, n1 = lane + 32 < cnt ? vn[lane + 32] : 0.0f;
+        float tmax = fmaxf(n0, n1);
+        for (int o = 16; o > 0; o >>= 1) tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, o));
+        const float r_new = fmaxf(r_run, tmax);
+        sm.vfac[stage][lane] = r_new > 0.0f ? n0 / r_new * kPScale : 0.0f;
+        sm.vfac[stage][lane + 32] = r_new > 0.0f ? n1 / r_new * kPScale : 0.0f;
+        if (lane == 0) {
+          sm.ratio[stage] = r_run > 0.0f ? r_run / r_new : 1.0f;
+          sm.r_final = r_new;
+        }
+        r_run = r_new;
+      }
+      fence_shared_for_async();
+      mbarrier_arrive(&sm.full[stage]);  // (release: the stage's fp16 tiles and factors, and r_final)
+      named_barrier(kProducerBarrier, kProducerThreads);  // everybody is done reading packed[buf]
+      if (i + 2 < ntiles) copy_tile(pt, p, sm.packed[buf], first + 2 * kBN, tile_tokens(i + 2));
+      cp_async_commit();
     }
-    r_run = r_new;
-  };
-  // Tile i's keys (values) from its staging buffer into k (v)[i % 2], with their factors.
-  auto dequant_keys = [&](std::uint32_t i) {
-    const Stage<D, false, kBN> s(sm.stage[i & 1u]);
-    dequant_tile(sm.k[i & 1u], s.kc, staged_row0(s.kc, p.layer + p.key_codes, slot0 + i * kBN, p.kc_bytes) - s.kc,
-                 p.kc_bytes, p.key_code_bits, sm.pair_k);
-    if (warp == 1) key_factors(s, i & 1u, i);
-  };
-  auto dequant_values = [&](std::uint32_t i) {
-    const Stage<D, false, kBN> s(sm.stage[i & 1u]);
-    dequant_tile(sm.v[i & 1u], s.vc, staged_row0(s.vc, p.layer + p.value_codes, slot0 + i * kBN, p.vc_bytes) - s.vc,
-                 p.vc_bytes, p.value_bits, sm.pair_v);
-    if (warp == 0) value_factors(s, i & 1u, i);
-  };
-
-  if (tid == 0) sm.r_final = 0.0f;
-  cp_async_wait1();
-  __syncthreads();  // tile 0's bytes, the tables and the queries are in; the query scratch (k[0]) is free
-  if (ntiles > 0) {
-    dequant_keys(0);
-    dequant_values(0);
+    return;
   }
 
-  // This thread's rows (the accumulators' rows 16 w + g and + 8 of its warpgroup) are block rows ra and rb.
+  if constexpr (kMoveRegisters) asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegs));
+  // ---- consumers. This thread's rows (the accumulators' rows 16 w + g and + 8 of its warpgroup) are block
+  // rows ra and rb.
   const unsigned ra = warp * 16u + g, rb = ra + 8u;
   const std::uint32_t lim_a = sm.row_limit[ra], lim_b = sm.row_limit[rb];
   // Row factors (log2 units per unit of S · n_k); positive (the sign is in the queries) and not below the
   // smallest normal float, so that a masked −∞ times the factor stays −∞.
   const float fc_a = fmaxf(fabsf(sm.rowfac_c[ra]), 1.17549435e-38f), fc_b = fmaxf(fabsf(sm.rowfac_c[rb]), 1.17549435e-38f);
-
   const GmmaDesc desc_qhi = sw128_descriptor(sm.qhi + 64 * x * 128, 16, 1024);
   const GmmaDesc desc_qlo = sw128_descriptor(sm.qlo + 64 * x * 128, 16, 1024);
-  const GmmaDesc desc_k = sw128_descriptor(sm.k[0], 16, 1024);    // k[1] is at(kTileBytes)
-  const GmmaDesc desc_v = sw128_descriptor(sm.v[0], 8192, 1024);  // MN-major; v[1] is at(kTileBytes)
+  const GmmaDesc desc_k = sw128_descriptor(sm.k[0], 16, 1024);    // k[i] is at(i * kTileBytes)
+  const GmmaDesc desc_v = sw128_descriptor(sm.v[0], 8192, 1024);  // MN-major; v[i] is at(i * kTileBytes)
   float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.0f, l_b = 0.0f;
   float o[2][32];  // dims 64 nb + 8 i + 2 tig (+1), the m64n64 accumulator layout
 #pragma unroll
@@ -228,12 +287,9 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(PrefillParam
   }
 
   for (std::uint32_t it = 0; it < ntiles; ++it) {
-    const unsigned cur = it & 1u;
+    const unsigned stage = it % kStages;
     const std::uint32_t t0 = it * kBN;
-    cp_async_wait0();  // this thread's copies of tile it + 1
-    fence_shared_for_async();
-    __syncthreads();  // tile it is fp16 in k / v[cur]; tile it + 1's bytes are in; every warpgroup's P'·V of tile
-                      // it - 1 is done, so k / v[cur ^ 1] and stage[cur] are free
+    mbarrier_wait(&sm.full[stage], (it / kStages) & 1u);  // (acquire: the producer's fp16 tiles and factors)
 
     // ---- S = Q_hi Kᵀ + Q_lo Kᵀ (64 rows x 64 tokens per warpgroup), k-step s = dims 16 s ...
     float s[32];
@@ -241,25 +297,21 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(PrefillParam
 #pragma unroll
     for (unsigned ks = 0; ks < D / 16; ++ks) {
       const unsigned qcol = (ks / 4) * kQBlock + (ks % 4) * 32, kcol = (ks / 4) * kTileBlock + (ks % 4) * 32;
-      wgmma_m64n64k16_ss<0>(s, desc_qhi.at(qcol), desc_k.at(cur * kTileBytes + kcol), ks > 0);
+      wgmma_m64n64k16_ss<0>(s, desc_qhi.at(qcol), desc_k.at(stage * kTileBytes + kcol), ks > 0);
     }
 #pragma unroll
     for (unsigned ks = 0; ks < D / 16; ++ks) {
       const unsigned qcol = (ks / 4) * kQBlock + (ks % 4) * 32, kcol = (ks / 4) * kTileBlock + (ks % 4) * 32;
-      wgmma_m64n64k16_ss<0>(s, desc_qlo.at(qcol), desc_k.at(cur * kTileBytes + kcol), true);
+      wgmma_m64n64k16_ss<0>(s, desc_qlo.at(qcol), desc_k.at(stage * kTileBytes + kcol), true);
     }
     wgmma_commit();
-    // While S runs: tile it + 2's bytes go into the staging buffer tile it used; tile it + 1's keys are widened.
-    if (it + 2 < ntiles) copy_tile(p, sm.stage[cur], slot0 + t0 + 2 * kBN, tile_tokens(it + 2));
-    cp_async_commit();
-    if (it + 1 < ntiles) dequant_keys(it + 1);
     wgmma_wait<0>();
 
     // ---- masked online softmax (log2 units); columns 8 i + 2 tig (+1) are tile tokens. t = S · n_k here and
     // the row's score is fc · t: the row factor enters through the maximum and the exponent's FFMA.
 #pragma unroll
     for (unsigned i = 0; i < 8; ++i) {
-      const float2 kn = *reinterpret_cast<const float2*>(&sm.kscale[cur][8 * i + 2 * tig]);
+      const float2 kn = *reinterpret_cast<const float2*>(&sm.kscale[stage][8 * i + 2 * tig]);
       s[4 * i] *= kn.x;
       s[4 * i + 1] *= kn.y;
       s[4 * i + 2] *= kn.x;
@@ -291,7 +343,7 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(PrefillParam
     const float al_a = exp2f(m_a - use_a), al_b = exp2f(m_b - use_b);
     m_a = mn_a;
     m_b = mn_b;
-    const float ratio = sm.ratio[cur];
+    const float ratio = sm.ratio[stage];
     const float ro_a = al_a * ratio, ro_b = al_b * ratio;
     // Once the running maxima settle (most tiles of a long sequence) no row of the warp needs a rescale.
     if (__any_sync(0xffffffffu, ro_a != 1.0f || ro_b != 1.0f)) scale_accumulator_rows(o, ro_a, ro_b);
@@ -300,7 +352,7 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(PrefillParam
     float sum_a = 0.0f, sum_b = 0.0f;
 #pragma unroll
     for (unsigned i = 0; i < 8; ++i) {
-      const float2 vf = *reinterpret_cast<const float2*>(&sm.vfac[cur][8 * i + 2 * tig]);
+      const float2 vf = *reinterpret_cast<const float2*>(&sm.vfac[stage][8 * i + 2 * tig]);
       const float p0 = fast_exp2(fmaf(s[4 * i], fc_a, off_a)), p1 = fast_exp2(fmaf(s[4 * i + 1], fc_a, off_a));
       const float p2 = fast_exp2(fmaf(s[4 * i + 2], fc_b, off_b)), p3 = fast_exp2(fmaf(s[4 * i + 3], fc_b, off_b));
       sum_a += p0 + p1;
@@ -322,15 +374,14 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(PrefillParam
     for (unsigned ks = 0; ks < kBN / 16; ++ks) {
 #pragma unroll
       for (unsigned nb = 0; nb < 2; ++nb) {
-        const GmmaDesc vd = desc_v.at(cur * kTileBytes + nb * kTileBlock + ks * 16 * 128);
+        const GmmaDesc vd = desc_v.at(stage * kTileBytes + nb * kTileBlock + ks * 16 * 128);
         wgmma_m64n64k16_rs<1>(o[nb], ph[ks], vd, true);
         if constexpr (SPLITP) wgmma_m64n64k16_rs<1>(o[nb], pl[ks], vd, true);
       }
     }
     wgmma_commit();
-    // While P'·V runs: tile it + 1's values are widened.
-    if (it + 1 < ntiles) dequant_values(it + 1);
     wgmma_wait<0>();
+    mbarrier_arrive(&sm.empty[stage]);  // this thread's MMAs are done with the stage
   }
 
   // ---- epilogue: rows to shared memory (over the queries), then R⁻¹, exact window, sink, output
@@ -338,9 +389,10 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(PrefillParam
     l_a += __shfl_xor_sync(0xffffffffu, l_a, o2);
     l_b += __shfl_xor_sync(0xffffffffu, l_b, o2);
   }
-  __syncthreads();  // every warpgroup's MMAs are done with the queries that obuf overwrites; r_final is final
+  named_barrier(kConsumerBarrier, kConsumerThreads);  // every consumer's MMAs are done with the queries
   float* obuf = reinterpret_cast<float*>(sm.qhi);
   {
+    // r_final: written by the producer before its last arrive on a full barrier, which every consumer waited for.
     const float fr = sm.r_final / (kPScale * t.value_lut_scale);  // undo R, 2^15 and the value centroids' α
 #pragma unroll
     for (unsigned nb = 0; nb < 2; ++nb) {
@@ -358,8 +410,8 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(PrefillParam
       sm.row_l[rb] = l_b;
     }
   }
-  __syncthreads();
-  finish_rows<D, kWarps, kRows>(p, t, blk, obuf, sm.row_m, sm.row_l);
+  named_barrier(kConsumerBarrier, kConsumerThreads);
+  finish_rows<D, kConsumerWarps, kRows>(p, t, blk, obuf, sm.row_m, sm.row_l);
 }
 
 }  // namespace
