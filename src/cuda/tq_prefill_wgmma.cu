@@ -9,7 +9,7 @@
 //     O += P'·V (P' from registers), then release the stage. No block barrier in the loop: the consumer
 //     warpgroups drift apart, so one's softmax overlaps another's MMAs and the producer's dequantisation.
 //   - 512 threads get 128 registers each at launch; with three consumers `setmaxnreg` moves registers from the
-//     producer (56) to the consumers (152), which would spill at 128. (Two consumers need no move: 384 threads
+//     producer (80) to the consumers (144), which would spill at 128. (Two consumers need no move: 384 threads
 //     at 167 registers; they measured 17 % slower at 32K, one producer then feeding only 128 rows.)
 // docs/cuda-prefill.md describes both kernels; prefill_device.cuh holds their shared pieces.
 #include <cuda_fp16.h>
@@ -29,15 +29,16 @@ using namespace prefill;
 constexpr int D = 128;
 // Consumer warpgroups per block (each owns 64 query rows), registers per thread of the producer and of the
 // consumers after the setmaxnreg moves (three consumers only), and stages of the fp16 tile ring; overridable at
-// compile time for tuning (32 / 160 registers measured 4-6 % slower than 56 / 152).
+// compile time for tuning (hilo at 32K: 80 / 144 registers 3 % faster than 56 / 152, 104 / 136 the same as
+// 80 / 144, 32 / 160 6 % slower; docs/cuda-prefill.md).
 #ifndef KVC_PREFILL_WS_CONSUMERS
 #define KVC_PREFILL_WS_CONSUMERS 3
 #endif
 #ifndef KVC_PREFILL_WS_PRODUCER_REGS
-#define KVC_PREFILL_WS_PRODUCER_REGS 56
+#define KVC_PREFILL_WS_PRODUCER_REGS 80
 #endif
 #ifndef KVC_PREFILL_WS_CONSUMER_REGS
-#define KVC_PREFILL_WS_CONSUMER_REGS 152
+#define KVC_PREFILL_WS_CONSUMER_REGS 144
 #endif
 #ifndef KVC_PREFILL_WS_STAGES
 #define KVC_PREFILL_WS_STAGES 3
