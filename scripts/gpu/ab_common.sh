@@ -46,3 +46,23 @@ ab_build() {
   done
   echo "built ${#SIDES[@]} sides in $(( $(date +%s) - t0 )) s: ${SIDES[*]}; $(tr '\n' ';' < .ab/sides 2>/dev/null || cat .ab/base_rev)"
 }
+
+# ab_check NAME TESTS_FILTER SANITIZE_FILTER LINES [TIMEOUT]: the new side's CUDA tests matching TESTS_FILTER
+# (log $OUT/NAME_tests.log; prints the results, failures and the lines matching the regex LINES), then
+# compute-sanitizer memcheck and racecheck on SANITIZE_FILTER ($OUT/NAME_<tool>.log). Sets CHECK_RC to the first
+# nonzero exit code (0 when everything passed).
+ab_check() {
+  local name=$1 tests=$2 small=$3 lines=$4 bin=build-gpu/tests/cuda/kvcompact_cuda_tests tool code
+  timeout "${TEST_TIMEOUT:-${5:-300}}" "$bin" --gtest_filter="$tests" > "$OUT/${name}_tests.log" 2>&1
+  CHECK_RC=$?
+  echo "$name tests (new side) exit code: $CHECK_RC"
+  grep -E "^\[ *(PASSED|FAILED) |Failure" "$OUT/${name}_tests.log" | head -20
+  grep -E "$lines" "$OUT/${name}_tests.log" | sed -E 's/entries.*occupancy=[0-9]+: //' | head -40
+  for tool in memcheck racecheck; do
+    timeout "${SANITIZE_TIMEOUT:-150}" compute-sanitizer --tool "$tool" --error-exitcode 3 "$bin" \
+      --gtest_filter="$small" > "$OUT/${name}_$tool.log" 2>&1
+    code=$?
+    echo "$tool exit code: $code ; $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/${name}_$tool.log" | head -1)"
+    [ "$CHECK_RC" != 0 ] || CHECK_RC=$code
+  done
+}

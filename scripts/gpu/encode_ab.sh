@@ -12,7 +12,6 @@ source scripts/gpu/ab_common.sh
 BENCH_ARGS="${BENCH_ARGS:-}"
 ROUNDS="${1:-2}"
 BENCH=src/cuda/bench/kvcompact_cuda_tq_encode_bench
-TESTS_BIN=tests/cuda/kvcompact_cuda_tests
 ab_sides
 if [ "${TESTS:-1}" = 1 ]; then
   ab_build "kvcompact_cuda_tq_encode_bench kvcompact_cuda_tests" kvcompact_cuda_tq_encode_bench
@@ -21,19 +20,8 @@ else
 fi
 rc=0
 if [ "${TESTS:-1}" = 1 ]; then
-  timeout "${TEST_TIMEOUT:-300}" "build-gpu/$TESTS_BIN" --gtest_filter='CudaEncode*:EncodeQuantiser*:CudaCache.*' \
-    > "$OUT/encode_tests.log" 2>&1
-  rc=$?
-  echo "encode tests (new side) exit code: $rc"
-  grep -E "^\[ *(PASSED|FAILED) |Failure" "$OUT/encode_tests.log" | head -20
-  grep -E "^\[encode" "$OUT/encode_tests.log" | head -20
-  for tool in memcheck racecheck; do
-    timeout "${SANITIZE_TIMEOUT:-150}" compute-sanitizer --tool "$tool" --error-exitcode 3 "build-gpu/$TESTS_BIN" \
-      --gtest_filter='CudaEncodeSmall*' > "$OUT/encode_$tool.log" 2>&1
-    code=$?
-    echo "$tool exit code: $code ; $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/encode_$tool.log" | head -1)"
-    [ "$code" = 0 ] || rc=$code
-  done
+  ab_check encode 'CudaEncode*:EncodeQuantiser*:EncodeDivision*:CudaCache.*' 'CudaEncodeSmall*' '^\[encode' 300
+  rc=$CHECK_RC
 fi
 # Benchmark lines: kernel mode d dtype rows us GB/s %copy.
 echo "round,side,kernel,mode,head_dim,dtype,us" > "$OUT/encode_ab.csv"

@@ -13,7 +13,6 @@ source scripts/gpu/ab_common.sh
 BENCH_ARGS="${BENCH_ARGS:---quick}"
 ROUNDS="${1:-2}"
 BENCH=src/cuda/bench/kvcompact_cuda_tq_prefill_bench
-TESTS_BIN=tests/cuda/kvcompact_cuda_tests
 ab_sides
 if [ "${TESTS:-1}" = 1 ]; then
   ab_build "kvcompact_cuda_tq_prefill_bench kvcompact_cuda_tests" kvcompact_cuda_tq_prefill_bench
@@ -22,18 +21,8 @@ else
 fi
 rc=0
 if [ "${TESTS:-1}" = 1 ]; then
-  timeout "${TEST_TIMEOUT:-200}" "build-gpu/$TESTS_BIN" --gtest_filter='CudaPrefill*:CudaCache.*' > "$OUT/prefill_tests.log" 2>&1
-  rc=$?
-  echo "prefill tests (new side) exit code: $rc"
-  grep -E "^\[ *(PASSED|FAILED) |Failure" "$OUT/prefill_tests.log" | head -20
-  grep -E "^\[prefill" "$OUT/prefill_tests.log" | sed -E 's/entries.*occupancy=[0-9]+: //' | head -40
-  for tool in memcheck racecheck; do
-    timeout "${SANITIZE_TIMEOUT:-120}" compute-sanitizer --tool "$tool" --error-exitcode 3 "build-gpu/$TESTS_BIN" \
-      --gtest_filter='CudaPrefillSmall*' > "$OUT/prefill_$tool.log" 2>&1
-    code=$?
-    echo "$tool exit code: $code ; $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/prefill_$tool.log" | head -1)"
-    [ "$code" = 0 ] || rc=$code
-  done
+  ab_check prefill 'CudaPrefill*:CudaCache.*' 'CudaPrefillSmall*' '^\[prefill' 200
+  rc=$CHECK_RC
 fi
 # Benchmark lines: mode prec [kernel] context chunk us TFLOP/s rows/blk occ (older trees print no kernel column).
 echo "round,side,mode,precision,kernel,context,us" > "$OUT/prefill_ab.csv"
