@@ -66,3 +66,17 @@ ab_check() {
     [ "$CHECK_RC" != 0 ] || CHECK_RC=$code
   done
 }
+
+# ab_build_and_check BENCH_TARGET NAME TESTS_FILTER SANITIZE_FILTER LINES [TIMEOUT]: the sides (ab_sides), their
+# builds of BENCH_TARGET (the new side also builds the CUDA tests unless TESTS=0), then ab_check unless TESTS=0.
+# Sets CHECK_RC (0 when the checks passed or did not run).
+ab_build_and_check() {
+  ab_sides
+  CHECK_RC=0
+  if [ "${TESTS:-1}" = 1 ]; then
+    ab_build "$1 kvcompact_cuda_tests" "$1"
+    ab_check "$2" "$3" "$4" "$5" "${6:-300}"
+  else
+    ab_build "$1" "$1"
+  fi
+}

@@ -12,17 +12,9 @@ source scripts/gpu/ab_common.sh
 BENCH_ARGS="${BENCH_ARGS:-}"
 ROUNDS="${1:-2}"
 BENCH=src/cuda/bench/kvcompact_cuda_tq_encode_bench
-ab_sides
-if [ "${TESTS:-1}" = 1 ]; then
-  ab_build "kvcompact_cuda_tq_encode_bench kvcompact_cuda_tests" kvcompact_cuda_tq_encode_bench
-else
-  ab_build kvcompact_cuda_tq_encode_bench kvcompact_cuda_tq_encode_bench
-fi
-rc=0
-if [ "${TESTS:-1}" = 1 ]; then
-  ab_check encode 'CudaEncode*:EncodeQuantiser*:EncodeDivision*:CudaCache.*' 'CudaEncodeSmall*' '^\[encode' 300
-  rc=$CHECK_RC
-fi
+ab_build_and_check kvcompact_cuda_tq_encode_bench encode 'CudaEncode*:EncodeQuantiser*:EncodeDivision*:CudaCache.*' \
+  'CudaEncodeSmall*' '^\[encode' 300
+rc=$CHECK_RC
 # Benchmark lines: kernel mode d dtype rows us GB/s %copy.
 echo "round,side,kernel,mode,head_dim,dtype,us" > "$OUT/encode_ab.csv"
 for r in $(seq 1 "$ROUNDS"); do

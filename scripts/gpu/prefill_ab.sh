@@ -13,17 +13,9 @@ source scripts/gpu/ab_common.sh
 BENCH_ARGS="${BENCH_ARGS:---quick}"
 ROUNDS="${1:-2}"
 BENCH=src/cuda/bench/kvcompact_cuda_tq_prefill_bench
-ab_sides
-if [ "${TESTS:-1}" = 1 ]; then
-  ab_build "kvcompact_cuda_tq_prefill_bench kvcompact_cuda_tests" kvcompact_cuda_tq_prefill_bench
-else
-  ab_build kvcompact_cuda_tq_prefill_bench kvcompact_cuda_tq_prefill_bench
-fi
-rc=0
-if [ "${TESTS:-1}" = 1 ]; then
-  ab_check prefill 'CudaPrefill*:CudaCache.*' 'CudaPrefillSmall*' '^\[prefill' 200
-  rc=$CHECK_RC
-fi
+ab_build_and_check kvcompact_cuda_tq_prefill_bench prefill 'CudaPrefill*:CudaCache.*' 'CudaPrefillSmall*' \
+  '^\[prefill' 200
+rc=$CHECK_RC
 # Benchmark lines: mode prec [kernel] context chunk us TFLOP/s rows/blk occ (older trees print no kernel column).
 echo "round,side,mode,precision,kernel,context,us" > "$OUT/prefill_ab.csv"
 for r in $(seq 1 "$ROUNDS"); do
