@@ -47,7 +47,7 @@ int prefill_blocks_per_sm(std::uint32_t head_dim, bool qjl, bool split_p);
 // The fused prefill kernel on `stream` (p.wgmma picks which); grid (tiles, kv_heads · head_groups, batch).
 cudaError_t launch_prefill(const PrefillParams& p, cudaStream_t stream);
 
-// The warpgroup-MMA kernel (tq_prefill_wgmma.cu, sm_90a): head_dim 128 with MSE keys only; 128 rows per block.
+// The warpgroup-MMA kernel (tq_prefill_wgmma.cu, sm_90a): head_dim 128 with MSE keys only; 192 rows per block.
 bool prefill_wgmma_supported(std::uint32_t head_dim, bool qjl);
 std::uint32_t prefill_wgmma_block_rows();
 cudaError_t prepare_prefill_wgmma(bool split_p);

@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "decode_coords.hpp"
+#include "mbarrier.cuh"
 #include "params.hpp"
 
 namespace kvcompact::cuda::tq::detail {
@@ -64,29 +65,6 @@ __device__ inline std::uint32_t transpose8x8(std::uint32_t x) {
 // Tile loads use the Hopper bulk-copy engine (cp.async.bulk, "TMA" without a tensor map): one thread issues
 // one copy per region and stage, completion is counted in bytes on the stage's mbarrier. Compared with
 // per-thread 16-byte cp.async this removes ~300 address instructions per thread and tile.
-__device__ inline std::uint32_t smem_addr(const void* p) {
-  return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
-}
-__device__ inline void mbar_init(std::uint64_t* bar, std::uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(count) : "memory");
-}
-__device__ inline void mbar_arrive_expect_tx(std::uint64_t* bar, std::uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(bytes)
-               : "memory");
-}
-__device__ inline bool mbar_try_wait(std::uint64_t* bar, std::uint32_t parity) {
-  std::uint32_t done;
-  asm volatile(
-      "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
-      : "=r"(done)
-      : "r"(smem_addr(bar)), "r"(parity)
-      : "memory");
-  return done != 0;
-}
-__device__ inline void mbar_wait(std::uint64_t* bar, std::uint32_t parity) {
-  while (!mbar_try_wait(bar, parity)) {
-  }
-}
 __device__ inline void bulk_copy(void* dst, const void* src, std::uint32_t bytes, std::uint64_t* bar) {
   asm volatile(
       "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(smem_addr(dst)),

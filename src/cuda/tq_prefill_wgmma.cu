@@ -16,6 +16,7 @@
 
 #include <cstdint>
 
+#include "mbarrier.cuh"
 #include "wgmma.cuh"
 #include "prefill_device.cuh"
 #include "prefill_params.hpp"
@@ -75,7 +76,7 @@ struct Smem {
   float vfac[kStages][kBN];    // n_v / R · 2^15 (0 past the tile's end)
   float ratio[kStages];        // R before / R after the stage's tile (the accumulator's rescale)
   float r_final;               // R after the last tile
-  unsigned long long full[kStages], empty[kStages];  // mbarriers
+  std::uint64_t full[kStages], empty[kStages];  // mbarriers
   float rowfac_c[kRows], rowfac_s[kRows], row_m[kRows], row_l[kRows];
   std::uint32_t row_limit[kRows];
   // Pair tables: entry (code of the higher coordinate) · 2^bits + (code of the lower one) → half2 of α·centroid,
@@ -126,24 +127,6 @@ __device__ __forceinline__ void copy_tile(unsigned pt, const PrefillParams& p, s
   copy_region(pt, s.vn, p.layer + p.value_norms, first, cnt, 4u);
 }
 
-// mbarriers (shared::cta). wait(parity) returns once the phase with that parity has completed.
-__device__ __forceinline__ std::uint32_t smem_address(const void* p) {
-  return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void mbarrier_init(unsigned long long* bar, std::uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_address(bar)), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbarrier_arrive(unsigned long long* bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_address(bar)) : "memory");
-}
-__device__ __forceinline__ void mbarrier_wait(unsigned long long* bar, std::uint32_t parity) {
-  asm volatile(
-      "{\n.reg .pred done;\nwait_%=:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra wait_%=;\n}\n" ::"r"(smem_address(bar)),
-      "r"(parity)
-      : "memory");
-}
 // A barrier among `threads` threads (whole warps) only.
 __device__ __forceinline__ void named_barrier(unsigned id, unsigned threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
@@ -205,8 +188,8 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(PrefillParam
   fill_pair_table(sm.pair_k, p.key_code_bits, t.key_lut_scale, t.key_centroids);
   fill_pair_table(sm.pair_v, p.value_bits, t.value_lut_scale, t.value_centroids);
   if (tid < kStages) {
-    mbarrier_init(&sm.full[tid], kProducerThreads);
-    mbarrier_init(&sm.empty[tid], kConsumerThreads);
+    mbar_init(&sm.full[tid], kProducerThreads);
+    mbar_init(&sm.empty[tid], kConsumerThreads);
   }
   if (tid == 0) sm.r_final = 0.0f;
   // A negative softmax scale is folded into the queries (fp16 negation is exact), so that every row factor is
@@ -232,7 +215,7 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(PrefillParam
       const unsigned stage = i % kStages, buf = i & 1u;
       cp_async_wait1();  // this thread's copies of tile i (tile i + 1's may still run)
       named_barrier(kProducerBarrier, kProducerThreads);  // everybody's copies of tile i are in
-      if (i >= kStages) mbarrier_wait(&sm.empty[stage], (i / kStages - 1) & 1u);  // its consumers are done
+      if (i >= kStages) mbar_spin_wait(&sm.empty[stage], (i / kStages - 1) & 1u);  // its consumers are done
       const Stage<D, false, kBN> s(sm.packed[buf]);
       const std::uint64_t first = slot0 + i * kBN;
       const std::uint32_t cnt = tile_tokens(i);
@@ -259,7 +242,7 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(PrefillParam
         r_run = r_new;
       }
       fence_shared_for_async();
-      mbarrier_arrive(&sm.full[stage]);  // (release: the stage's fp16 tiles and factors, and r_final)
+      mbar_arrive(&sm.full[stage]);  // (release: the stage's fp16 tiles and factors, and r_final)
       named_barrier(kProducerBarrier, kProducerThreads);  // everybody is done reading packed[buf]
       if (i + 2 < ntiles) copy_tile(pt, p, sm.packed[buf], first + 2 * kBN, tile_tokens(i + 2));
       cp_async_commit();
@@ -290,7 +273,7 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(PrefillParam
   for (std::uint32_t it = 0; it < ntiles; ++it) {
     const unsigned stage = it % kStages;
     const std::uint32_t t0 = it * kBN;
-    mbarrier_wait(&sm.full[stage], (it / kStages) & 1u);  // (acquire: the producer's fp16 tiles and factors)
+    mbar_spin_wait(&sm.full[stage], (it / kStages) & 1u);  // (acquire: the producer's fp16 tiles and factors)
 
     // ---- S = Q_hi Kᵀ + Q_lo Kᵀ (64 rows x 64 tokens per warpgroup), k-step s = dims 16 s ...
     float s[32];
@@ -382,7 +365,7 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(PrefillParam
     }
     wgmma_commit();
     wgmma_wait<0>();
-    mbarrier_arrive(&sm.empty[stage]);  // this thread's MMAs are done with the stage
+    mbar_arrive(&sm.empty[stage]);  // this thread's MMAs are done with the stage
   }
 
   // ---- epilogue: rows to shared memory (over the queries), then R⁻¹, exact window, sink, output
