@@ -29,3 +29,6 @@ ncu --import "$OUT/prefill.ncu-rep" --page raw 2>/dev/null \
 ncu --import "$OUT/prefill.ncu-rep" --page raw 2>/dev/null \
   | grep -E "smsp__average_warps_issue_stalled_[a-z_]+_per_issue_active.ratio" | sed -E 's/ +/ /g' | sort -k3 -g -r \
   | head -12
+# the instructions the warps stall at (which barrier or wait the producer and the consumers sit in)
+ncu --import "$OUT/prefill.ncu-rep" --page source --csv --print-source sass 2>/dev/null > "$OUT/prefill_sass.csv"
+python3 scripts/gpu/ncu_hot_sass.py 45 < "$OUT/prefill_sass.csv"
