@@ -64,8 +64,8 @@ int main(int argc, char** argv) {
   if (quick) contexts = {8192, 32768};
   if (only) contexts = {only_ctx};
   const cuda::tq::PrefillPrecision precisions[] = {cuda::tq::PrefillPrecision::HiLo, cuda::tq::PrefillPrecision::Fast};
-  std::printf("\n%-12s %-5s %-9s %7s %6s %10s %8s %7s %5s\n", "mode", "prec", "kernel", "context", "chunk", "us",
-              "TFLOP/s", "rows/blk", "occ");
+  std::printf("\n%-12s %-5s %-10s %7s %6s %10s %8s %7s %5s %6s\n", "mode", "prec", "kernel", "context", "chunk",
+              "us", "TFLOP/s", "rows/blk", "occ", "splits");
   for (const Mode& mode : modes) {
     if (only && only_mode != mode.name) continue;
     auto codec = take(tq::LayerCodec::create(head_dim, mode.config, 0), "LayerCodec::create");
@@ -103,22 +103,33 @@ int main(int argc, char** argv) {
                                                 precision),
                          "plan_prefill");
         std::vector<cuda::tq::PrefillPlan> plans = {plan};
+        if (plan.key_splits > 1) {
+          // The same kernel without the key split, for the comparison in the same run ("wg-nosplit").
+          cuda::tq::PrefillPlan whole = plan;
+          whole.key_splits = 1;
+          whole.workspace_bytes = 0;
+          plans.push_back(whole);
+        }
         if (plan.kernel == cuda::tq::PrefillKernel::Warpgroup && !only) {
           plans.push_back(take(cuda::tq::plan_prefill(layout, mode.config, q_heads, chunk, length,
                                                       props.multiprocessors, precision,
                                                       cuda::tq::PrefillKernel::Portable),
                                "plan_prefill (portable)"));
         }
+        auto workspace = take(cuda::DeviceBuffer::allocate(std::max<std::uint64_t>(plan.workspace_bytes, 16)),
+                              "allocate workspace");
         for (const cuda::tq::PrefillPlan& kplan : plans) {
           const int iters = ctx >= 131072 ? 8 : 15;
           const double us = median_us(2, only ? 3 : iters, [&] {
-            BENCH_CHECK(cuda::tq::prefill_attention(kplan, dcodec, layer.data(), args, nullptr));
+            BENCH_CHECK(cuda::tq::prefill_attention(kplan, dcodec, layer.data(), args, workspace.data()));
           });
           const double tflops = flops / (us * 1e6);
           const char* pname = precision == cuda::tq::PrefillPrecision::HiLo ? "hilo" : "fast";
-          const char* kname = kplan.kernel == cuda::tq::PrefillKernel::Warpgroup ? "warpgroup" : "portable";
-          std::printf("%-12s %-5s %-9s %7u %6u %10.1f %8.1f %7u %5d\n", mode.name, pname, kname, ctx, chunk, us,
-                      tflops, kplan.block_rows, kplan.blocks_per_sm);
+          const char* kname = kplan.kernel == cuda::tq::PrefillKernel::Portable ? "portable"
+                              : kplan.key_splits == plan.key_splits     ? "warpgroup"
+                                                                        : "wg-nosplit";
+          std::printf("%-12s %-5s %-10s %7u %6u %10.1f %8.1f %7u %5d %6u\n", mode.name, pname, kname, ctx, chunk,
+                      us, tflops, kplan.block_rows, kplan.blocks_per_sm, kplan.key_splits);
           if (csv != nullptr) {
             std::fprintf(csv, "prefill,%s,%s,%s,%u,%u,%.3f,%.2f,%llu\n", mode.name, pname, kname, ctx, chunk, us,
                          tflops, static_cast<unsigned long long>(kv_bytes));

@@ -207,7 +207,7 @@ struct BlockRange {
     seq = p.seqs != nullptr ? p.seqs[entry] : entry;
     if (seq >= p.sequences) return false;  // a bad device index: nothing is read or written
     nrows = p.rows[entry];
-    tok0 = blockIdx.x * p.tokens_per_block;
+    tok0 = blockIdx.x / p.key_splits * p.tokens_per_block;  // the blocks of a tile's key splits are adjacent
     if (tok0 >= nrows) return false;
     row_base = 0;
     for (std::uint32_t e = 0; e < entry; ++e) row_base += p.rows[e];

@@ -27,8 +27,15 @@ struct PrefillParams {
   std::uint32_t heads_per_block;   // query heads of one KV head handled by one block (≤ rows of a block)
   std::uint32_t tokens_per_block;  // query tokens per block
   std::uint32_t head_groups;       // blocks along the GQA group (group > rows of a block only)
-  std::uint32_t tiles;             // blocks along the query tokens (grid x)
+  std::uint32_t tiles;             // query tiles of one entry (grid x = tiles · key_splits)
   std::uint32_t batch;
+  // Split over the keys (warpgroup kernel only; 1 = none): the blocks of one query tile each take a contiguous
+  // part of its key tiles and write a partial (kRows x d output rows, then the rows' maxima and sums) to
+  // `partials` at [(unit · key_splits + split)], unit = (entry · grid y + y) · tiles + tile; the last of them to
+  // count itself in `counters[unit]` (zeroed before the launch) merges them in split order and finishes the rows.
+  std::uint32_t key_splits;
+  float* partials;
+  std::uint32_t* counters;
   std::uint32_t key_code_bits, value_bits, qjl, split_p;
   std::uint32_t wgmma;  // 1: the warpgroup-MMA kernel (tq_prefill_wgmma.cu), 0: the mma.sync one (tq_prefill.cu)
   std::uint32_t kc_bytes, ks_bytes, vc_bytes;  // packed bytes per token of key codes, key signs, value codes
@@ -53,5 +60,7 @@ std::uint32_t prefill_wgmma_block_rows();
 cudaError_t prepare_prefill_wgmma(bool split_p);
 int prefill_wgmma_blocks_per_sm(bool split_p);
 cudaError_t launch_prefill_wgmma(const PrefillParams& p, cudaStream_t stream);
+// Floats of one split's partial in the workspace (block rows x d outputs, then the rows' maxima and sums).
+std::uint32_t prefill_wgmma_partial_floats();
 
 }  // namespace kvcompact::cuda::tq::detail

@@ -289,9 +289,10 @@ Status DeviceCache::decode(std::uint32_t layer, const DecodePlan& plan, const fl
 }
 
 Result<PrefillPlan> DeviceCache::plan_prefill(std::uint32_t layer, std::uint32_t q_heads, std::uint32_t max_rows,
-                                              PrefillPrecision precision) const {
+                                              PrefillPrecision precision, std::uint32_t max_batch) const {
   KVC_TRY(check_layer_seq(layer, 0, true));
-  return tq::plan_prefill(layers_[layer]->layout, config_, q_heads, max_rows, capacity_, multiprocessors_, precision);
+  return tq::plan_prefill(layers_[layer]->layout, config_, q_heads, max_rows, capacity_, multiprocessors_, precision,
+                          PrefillKernel::Auto, max_batch);
 }
 
 Status DeviceCache::prefill(std::uint32_t layer, const PrefillPlan& plan, PrefillArgs args, void* workspace,
@@ -344,6 +345,11 @@ Status DeviceCache::attention(std::uint32_t layer, std::span<const ktq::Attentio
     KVC_ASSIGN_OR_RETURN(request_args_, DeviceBuffer::allocate(4ull * host.size()));
   }
   KVC_CUDA_TRY(cudaMemcpyAsync(request_args_.data(), host.data(), 4ull * host.size(), cudaMemcpyHostToDevice, s));
+  // (The stream was synchronised above, so no earlier kernel still uses the old workspace.)
+  if (prefill_workspace_.size() < plan.workspace_bytes) {
+    KVC_ASSIGN_OR_RETURN(prefill_workspace_, DeviceBuffer::allocate(plan.workspace_bytes));
+  }
+  void* const workspace = plan.workspace_bytes > 0 ? prefill_workspace_.data() : nullptr;
   const auto* dev = static_cast<const std::uint32_t*>(request_args_.data());
   for (std::size_t r = 0; r < n; ++r) {
     if (requests[r].rows == 0) continue;
@@ -356,7 +362,7 @@ Status DeviceCache::attention(std::uint32_t layer, std::span<const ktq::Attentio
     args.output = requests[r].output;
     args.sinks = options.sinks;
     args.scale = options.scale;
-    KVC_TRY(prefill(layer, plan, args, nullptr, stream));
+    KVC_TRY(prefill(layer, plan, args, workspace, stream));
   }
   // The host vector may go away now: cudaMemcpyAsync from pageable memory returns once it is staged.
   return ok_status();

@@ -79,6 +79,7 @@ struct Smem {
   std::uint64_t full[kStages], empty[kStages];  // mbarriers
   float rowfac_c[kRows], rowfac_s[kRows], row_m[kRows], row_l[kRows];
   std::uint32_t row_limit[kRows];
+  std::uint32_t merge_flag;  // the key split's block that merges (the last one to finish)
   // Pair tables: entry (code of the higher coordinate) · 2^bits + (code of the lower one) → half2 of α·centroid,
   // for every code width (≤ 1024 entries at 5 bits), so a code group of 8 coordinates takes 4 lookups.
   std::uint32_t pair_k[1024], pair_v[256];
@@ -160,6 +161,65 @@ __device__ __forceinline__ void p_fragment(const float (&pw)[32], unsigned ks, s
   }
 }
 
+constexpr unsigned kPartialFloats = kRows * D + 2 * kRows;  // one split's partial: outputs, maxima, sums
+
+// Key splits, by the consumer threads after their rows (o · R / (2^15 α), the maxima m and sums l of the
+// softmax in log2 units) are in obuf / row_m / row_l: writes them as this split's partial, counts the split in
+// and returns false, except in the last split to finish, which merges every split's partial in split order
+// (so the result does not depend on which finished last) into obuf / row_m / row_l and returns true.
+__device__ bool merge_key_splits(const PrefillParams& p, unsigned split, float* obuf, float* row_m, float* row_l,
+                                 std::uint32_t& merge_flag) {
+  const unsigned tid = threadIdx.x;
+  const std::uint64_t unit = (static_cast<std::uint64_t>(blockIdx.z) * gridDim.y + blockIdx.y) * p.tiles +
+                             blockIdx.x / p.key_splits;
+  float* const first = p.partials + unit * p.key_splits * kPartialFloats;
+  {
+    float* mine = first + split * kPartialFloats;
+    for (unsigned i = tid; i < kRows * D / 4; i += kConsumerThreads) {
+      __stcg(reinterpret_cast<float4*>(mine) + i, reinterpret_cast<const float4*>(obuf)[i]);
+    }
+    for (unsigned r = tid; r < kRows; r += kConsumerThreads) {
+      __stcg(mine + kRows * D + r, row_m[r]);
+      __stcg(mine + kRows * D + kRows + r, row_l[r]);
+    }
+    __threadfence();  // this thread's part of the partial is visible before the split is counted
+  }
+  named_barrier(kConsumerBarrier, kConsumerThreads);
+  if (tid == 0) merge_flag = atomicAdd(p.counters + unit, 1u) == p.key_splits - 1u ? 1u : 0u;
+  named_barrier(kConsumerBarrier, kConsumerThreads);
+  if (merge_flag == 0u) return false;
+  __threadfence();  // every split's partial is visible (each was fenced before its count)
+  // Row r: M = max over splits of m_s; weights 2^(m_s − M) (0 for a split that saw none of the row's keys).
+  for (unsigned i = tid; i < kRows * D / 4; i += kConsumerThreads) {
+    const unsigned r = i / (D / 4);
+    float mmax = -INFINITY;
+    for (unsigned s = 0; s < p.key_splits; ++s) mmax = fmaxf(mmax, __ldcg(first + s * kPartialFloats + kRows * D + r));
+    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (unsigned s = 0; s < p.key_splits; ++s) {
+      const float ms = __ldcg(first + s * kPartialFloats + kRows * D + r);
+      const float w = ms == -INFINITY ? 0.0f : exp2f(ms - mmax);
+      const float4 v = __ldcg(reinterpret_cast<const float4*>(first + s * kPartialFloats) + i);
+      acc.x = fmaf(w, v.x, acc.x);
+      acc.y = fmaf(w, v.y, acc.y);
+      acc.z = fmaf(w, v.z, acc.z);
+      acc.w = fmaf(w, v.w, acc.w);
+    }
+    reinterpret_cast<float4*>(obuf)[i] = acc;
+  }
+  for (unsigned r = tid; r < kRows; r += kConsumerThreads) {
+    float mmax = -INFINITY, sum = 0.0f;
+    for (unsigned s = 0; s < p.key_splits; ++s) mmax = fmaxf(mmax, __ldcg(first + s * kPartialFloats + kRows * D + r));
+    for (unsigned s = 0; s < p.key_splits; ++s) {
+      const float ms = __ldcg(first + s * kPartialFloats + kRows * D + r);
+      if (ms != -INFINITY) sum = fmaf(exp2f(ms - mmax), __ldcg(first + s * kPartialFloats + kRows * D + kRows + r), sum);
+    }
+    row_m[r] = mmax;
+    row_l[r] = sum;
+  }
+  named_barrier(kConsumerBarrier, kConsumerThreads);
+  return true;
+}
+
 template <bool SPLITP>
 __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(PrefillParams p) {
   extern __shared__ std::uint8_t smem_raw[];
@@ -172,9 +232,14 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(PrefillParam
   const unsigned pt = tid - kConsumerThreads;  // the producer's thread index (producer threads only)
   BlockRange blk;
   if (!blk.init(p, kBN)) return;
-  const std::uint32_t kend = blk.kend, ntiles = blk.ntiles;
-  const std::uint64_t slot0 = blk.slot0;
-  auto tile_tokens = [&](std::uint32_t i) { return min(kBN, kend - i * kBN); };
+  // This block's key tiles: split `split` of the query tile's blk.ntiles (all of them without a key split);
+  // i counts from the first, tile tbeg + i holds tokens from (tbeg + i) · kBN.
+  const std::uint32_t splits = p.key_splits, split = blockIdx.x % splits;
+  const std::uint32_t tbeg = static_cast<std::uint32_t>(std::uint64_t{blk.ntiles} * split / splits);
+  const std::uint32_t ntiles = static_cast<std::uint32_t>(std::uint64_t{blk.ntiles} * (split + 1) / splits) - tbeg;
+  const std::uint32_t kend = blk.kend;
+  const std::uint64_t slot0 = blk.slot0 + std::uint64_t{tbeg} * kBN;
+  auto tile_tokens = [&](std::uint32_t i) { return min(kBN, kend - (tbeg + i) * kBN); };
 
   // The producer starts the first two tiles' copies while everybody prepares the queries (one commit group per
   // tile, empty ones included, so that "all but the newest group" always means "the tile needed now").
@@ -272,7 +337,7 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(PrefillParam
 
   for (std::uint32_t it = 0; it < ntiles; ++it) {
     const unsigned stage = it % kStages;
-    const std::uint32_t t0 = it * kBN;
+    const std::uint32_t t0 = (tbeg + it) * kBN;
     mbar_spin_wait(&sm.full[stage], (it / kStages) & 1u);  // (acquire: the producer's fp16 tiles and factors)
 
     // ---- S = Q_hi Kᵀ + Q_lo Kᵀ (64 rows x 64 tokens per warpgroup), k-step s = dims 16 s ...
@@ -290,16 +355,20 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(PrefillParam
     }
     wgmma_commit();
     wgmma_wait<0>();
+    // (Reading the key norms between the commit and the wait, to hide the latency the profile shows at the
+    // first multiply, measured 10 % slower on the H200: docs/cuda-prefill.md.)
+    float2 kn[8];
+#pragma unroll
+    for (unsigned i = 0; i < 8; ++i) kn[i] = *reinterpret_cast<const float2*>(&sm.kscale[stage][8 * i + 2 * tig]);
 
     // ---- masked online softmax (log2 units); columns 8 i + 2 tig (+1) are tile tokens. t = S · n_k here and
     // the row's score is fc · t: the row factor enters through the maximum and the exponent's FFMA.
 #pragma unroll
     for (unsigned i = 0; i < 8; ++i) {
-      const float2 kn = *reinterpret_cast<const float2*>(&sm.kscale[stage][8 * i + 2 * tig]);
-      s[4 * i] *= kn.x;
-      s[4 * i + 1] *= kn.y;
-      s[4 * i + 2] *= kn.x;
-      s[4 * i + 3] *= kn.y;
+      s[4 * i] *= kn[i].x;
+      s[4 * i + 1] *= kn[i].y;
+      s[4 * i + 2] *= kn[i].x;
+      s[4 * i + 3] *= kn[i].y;
     }
     // Only tiles that reach past a row's last visible key need the mask (the causal diagonal, the chunk's end).
     if (t0 + kBN > min(lim_a, lim_b)) {
@@ -395,6 +464,7 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(PrefillParam
     }
   }
   named_barrier(kConsumerBarrier, kConsumerThreads);
+  if (splits > 1 && !merge_key_splits(p, split, obuf, sm.row_m, sm.row_l, sm.merge_flag)) return;
   finish_rows<D, kConsumerWarps, kRows>(p, t, blk, obuf, sm.row_m, sm.row_l);
 }
 
@@ -402,6 +472,7 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(PrefillParam
 
 bool prefill_wgmma_supported(std::uint32_t head_dim, bool qjl) { return head_dim == D && !qjl; }
 std::uint32_t prefill_wgmma_block_rows() { return kRows; }
+std::uint32_t prefill_wgmma_partial_floats() { return kPartialFloats; }
 
 cudaError_t prepare_prefill_wgmma(bool split_p) {
   return cudaFuncSetAttribute(split_p ? prefill_wgmma_kernel<true> : prefill_wgmma_kernel<false>,
@@ -421,7 +492,7 @@ int prefill_wgmma_blocks_per_sm(bool split_p) {
 
 cudaError_t launch_prefill_wgmma(const PrefillParams& p, cudaStream_t stream) {
   if (p.batch == 0 || p.tiles == 0) return cudaSuccess;
-  const dim3 grid(p.tiles, p.kv_heads * p.head_groups, p.batch);
+  const dim3 grid(p.tiles * p.key_splits, p.kv_heads * p.head_groups, p.batch);
   (p.split_p != 0 ? prefill_wgmma_kernel<true> : prefill_wgmma_kernel<false>)<<<grid, kThreads, kSmemBytes, stream>>>(p);
   return cudaGetLastError();
 }

@@ -53,7 +53,13 @@ struct PrefillCase {
   std::uint32_t kv_heads = 2;
   float query_sigma = 1.0f;  // larger: sharper softmax
   PrefillKernel kernel = PrefillKernel::Auto;
+  // Multiprocessors the plan assumes (0: the device's). The warpgroup kernel splits the keys to fill them, so 1
+  // means no split and a large count the most splits the keys allow (up to 4).
+  int multiprocessors = 0;
 };
+
+// The warpgroup kernel's cases run twice: without a key split and with as many splits as the keys allow.
+constexpr int kNoSplit = 1, kMostSplits = 1 << 20;
 
 // Per query row (all heads of one token): max |out − ref| / max |ref| (issue 4's measure), and the L2 form.
 struct RowError {
@@ -162,11 +168,13 @@ double check_prefill(const PrefillCase& c, std::uint64_t seed) {
   EXPECT_TRUE(dout.fill(0xFF).ok());  // NaN poison: every element must be written
 
   auto props = take(device_properties(0));
-  auto planned = plan_prefill(layout, config, q_heads, max_rows, shape.capacity, props.multiprocessors, c.precision,
-                              c.kernel);
+  const int sms = c.multiprocessors > 0 ? c.multiprocessors : props.multiprocessors;
+  auto planned = plan_prefill(layout, config, q_heads, max_rows, shape.capacity, sms, c.precision, c.kernel, batch);
   EXPECT_TRUE(planned.ok()) << (planned.ok() ? "" : planned.error().to_string());
   if (!planned.ok()) return 1.0;
   const PrefillPlan plan = *planned;
+  auto workspace = take(DeviceBuffer::allocate(std::max<std::uint64_t>(plan.workspace_bytes, 16)));
+  EXPECT_TRUE(workspace.fill(0xFF).ok());  // the counters must be zeroed by prefill_attention itself
   PrefillArgs args;
   args.batch = batch;
   args.seqs = static_cast<const std::uint32_t*>(dseq.data());
@@ -177,7 +185,8 @@ double check_prefill(const PrefillCase& c, std::uint64_t seed) {
   args.queries = static_cast<const float*>(dq.data());
   args.sinks = c.sinks ? static_cast<const float*>(dsinks.data()) : nullptr;
   args.output = static_cast<float*>(dout.data());
-  const Status run = prefill_attention(plan, codec, layer.data(), args, nullptr);
+  const Status run =
+      prefill_attention(plan, codec, layer.data(), args, plan.workspace_bytes > 0 ? workspace.data() : nullptr);
   EXPECT_TRUE(run.ok()) << (run.ok() ? "" : run.error().to_string());
   const Status sync = synchronize();
   EXPECT_TRUE(sync.ok()) << (sync.ok() ? "" : sync.error().to_string());
@@ -220,11 +229,17 @@ double check_prefill(const PrefillCase& c, std::uint64_t seed) {
   }
   std::printf(
       "[prefill] %s d=%u kv=%u group=%u sinks=%d window=%u %s %s entries(len/first+rows)=%s block_rows=%u "
-      "tokens_per_block=%u occupancy=%d: worst max-abs rel error %.3g (entry %u row %u), worst L2 %.3g\n",
+      "tokens_per_block=%u occupancy=%d key_splits=%u: worst max-abs rel error %.3g (entry %u row %u), worst L2 %.3g\n",
       c.mode.c_str(), d, kv_heads, c.group, c.sinks ? 1 : 0, c.window,
       c.precision == PrefillPrecision::HiLo ? "hilo" : "fast",
       plan.kernel == PrefillKernel::Warpgroup ? "warpgroup" : "portable", entries_text(c.entries).c_str(), plan.block_rows,
-      plan.tokens_per_block, plan.blocks_per_sm, worst.max_abs, worst_entry, worst_row, worst.l2);
+      plan.tokens_per_block, plan.blocks_per_sm, plan.key_splits, worst.max_abs, worst_entry, worst_row, worst.l2);
+  if (c.multiprocessors == kNoSplit) {
+    EXPECT_EQ(plan.key_splits, 1u);
+  }
+  if (c.multiprocessors == kMostSplits && plan.kernel == PrefillKernel::Warpgroup && shape.capacity > 64) {
+    EXPECT_GT(plan.key_splits, 1u);  // more than one key tile: the split path ran
+  }
   EXPECT_LE(worst.max_abs, 1e-3) << "worst at entry " << worst_entry << " row " << worst_row;
   EXPECT_FALSE(std::isnan(worst.max_abs));
   return worst.max_abs;
@@ -258,25 +273,35 @@ TEST(CudaPrefill, MatchesTheFloat64OracleAcrossModesAndShapes) {
       // A long sequence: many key tiles, the running value-norm scale over many tiles.
       {"k=mse4,v=mse3,nc", 128, 4, false, 0, {{5000, 4936, 64}}},
   };
+  std::uint32_t warpgroup_cases = 0;
   for (const PrefillCase& c : cases) {
-    check_prefill(c, fresh_seed());
-    // head_dim 128 with MSE keys runs the warpgroup kernel by default: the portable one is checked on it too.
+    // head_dim 128 with MSE keys runs the warpgroup kernel by default: with and without a key split, and the
+    // portable kernel on it too.
     if (c.d == 128 && c.mode.find("prod") == std::string::npos) {
+      for (int sms : {kNoSplit, kMostSplits}) {
+        PrefillCase variant = c;
+        variant.multiprocessors = sms;
+        check_prefill(variant, fresh_seed());
+      }
       PrefillCase portable = c;
       portable.kernel = PrefillKernel::Portable;
       check_prefill(portable, fresh_seed());
+      ++warpgroup_cases;
+    } else {
+      check_prefill(c, fresh_seed());
     }
   }
+  EXPECT_GE(warpgroup_cases, 6u);
 }
 
 // plan / run: prefill_attention allocates and synchronises nothing, so it can be captured in a CUDA graph; the
-// replayed graph must give the same bytes as a direct call.
-TEST(CudaPrefill, RunIsCapturableInACudaGraph) {
-  SKIP_WITHOUT_GPU();
+// replayed graph must give the same bytes as a direct call (with a key split too: the counters are zeroed by a
+// memset node of the graph, and the merge's order does not depend on which split finished last).
+void check_graph_replay(const std::string& mode, int multiprocessors) {
   const std::uint64_t seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
+  SCOPED_TRACE("mode " + mode + " seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
-  QuantConfig config = QuantConfig::seed_system(seed);
+  QuantConfig config = *QuantConfig::parse(mode, seed);
   config.exact_window = 16;
   const std::uint32_t d = 128, kv_heads = 2, q_heads = 8, seqs = 2;
   const std::vector<std::uint32_t> lengths = {700, 130};
@@ -300,8 +325,12 @@ TEST(CudaPrefill, RunIsCapturableInACudaGraph) {
   auto direct = take(DeviceBuffer::allocate(q.size() * 4));
   auto graphed = take(DeviceBuffer::allocate(q.size() * 4));
   ASSERT_OK(graphed.fill(0xFF));
-  auto props = take(device_properties(0));
-  auto plan = take(plan_prefill(*view.layout, config, q_heads, 130, 700, props.multiprocessors));
+  auto plan = take(plan_prefill(*view.layout, config, q_heads, 130, 700, multiprocessors, PrefillPrecision::HiLo,
+                                PrefillKernel::Auto, seqs));
+  std::printf("[prefill-graph] %s: %s kernel, %u key splits\n", mode.c_str(),
+              plan.kernel == PrefillKernel::Warpgroup ? "warpgroup" : "portable", plan.key_splits);
+  auto workspace = take(DeviceBuffer::allocate(std::max<std::uint64_t>(plan.workspace_bytes, 16)));
+  void* const ws = plan.workspace_bytes > 0 ? workspace.data() : nullptr;
   PrefillArgs args;
   args.batch = seqs;
   args.first_positions = static_cast<const std::uint32_t*>(dfirst.data());
@@ -310,7 +339,7 @@ TEST(CudaPrefill, RunIsCapturableInACudaGraph) {
   args.window_begins = static_cast<const std::uint32_t*>(dbeg.data());
   args.queries = static_cast<const float*>(dq.data());
   args.output = static_cast<float*>(direct.data());
-  ASSERT_OK(prefill_attention(plan, codec, layer.data(), args, nullptr));
+  ASSERT_OK(prefill_attention(plan, codec, layer.data(), args, ws));
   ASSERT_OK(synchronize());
 
   cudaStream_t stream = nullptr;
@@ -319,7 +348,7 @@ TEST(CudaPrefill, RunIsCapturableInACudaGraph) {
   cudaGraphExec_t exec = nullptr;
   args.output = static_cast<float*>(graphed.data());
   ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-  const Status captured = prefill_attention(plan, codec, layer.data(), args, nullptr, stream);
+  const Status captured = prefill_attention(plan, codec, layer.data(), args, ws, stream);
   ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
   ASSERT_OK(captured);
   ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
@@ -335,6 +364,12 @@ TEST(CudaPrefill, RunIsCapturableInACudaGraph) {
   (void)cudaStreamDestroy(stream);
 }
 
+TEST(CudaPrefill, RunIsCapturableInACudaGraph) {
+  SKIP_WITHOUT_GPU();
+  check_graph_replay("seed", take(device_properties(0)).multiprocessors);  // the portable kernel
+  check_graph_replay("k=mse4,v=mse3,nc", kMostSplits);                   // the warpgroup kernel, keys split
+}
+
 // Host-side checks come before any CUDA call, so the plan checks run without a device too.
 TEST(CudaPrefill, BadArgumentsAreTypedErrors) {
   const QuantConfig config = QuantConfig::seed_system();
@@ -346,6 +381,11 @@ TEST(CudaPrefill, BadArgumentsAreTypedErrors) {
   EXPECT_EQ(plan_prefill(layout, config, 4, 0, 64, 132).error().code, ErrorCode::InvalidArgument);
   EXPECT_EQ(plan_prefill(layout, config, 4, 8, 65, 132).error().code, ErrorCode::OutOfRange);
   EXPECT_EQ(plan_prefill(layout, config, 4, 33, 32, 132).error().code, ErrorCode::OutOfRange);
+  EXPECT_EQ(plan_prefill(layout, config, 4, 8, 64, 0).error().code, ErrorCode::InvalidArgument);
+  EXPECT_EQ(plan_prefill(layout, config, 4, 8, 64, 132, PrefillPrecision::HiLo, PrefillKernel::Auto, 0).error().code,
+            ErrorCode::InvalidArgument);
+  EXPECT_EQ(plan_prefill(layout, config, 4, 8, 64, 132, PrefillPrecision::HiLo, PrefillKernel::Auto, 70000).error().code,
+            ErrorCode::InvalidArgument);
   // The warpgroup kernel: head_dim 128 with MSE keys only; an unknown kernel value.
   const QuantConfig mse = *QuantConfig::parse("k=mse4,v=mse3,nc");
   auto mse128 = take(kvcompact::tq::plan_layer_layout(128, 2, 1, 64, mse));
@@ -382,8 +422,18 @@ TEST(CudaPrefill, BadArgumentsAreTypedErrors) {
   bad.rows = nullptr;
   EXPECT_EQ(prefill_attention(plan, codec, buffer.data(), bad, nullptr).error().code, ErrorCode::InvalidArgument);
   bad = args;
-  bad.batch = 70000;
+  bad.batch = 2;  // beyond the plan's max_batch (1)
   EXPECT_EQ(prefill_attention(plan, codec, buffer.data(), bad, nullptr).error().code, ErrorCode::OutOfRange);
+  // A plan that splits the keys needs its workspace.
+  auto mse_cache = take(TurboQuantCache::create(CacheShape{128, {2}, 1, 4096}, mse));
+  auto mse_codec = take(DeviceCodec::create(*mse_cache.codec(0)));
+  auto big = take(kvcompact::tq::plan_layer_layout(128, 2, 1, 4096, mse));
+  auto split_plan = take(plan_prefill(big, mse, 4, 8, 4096, kMostSplits));
+  EXPECT_GT(split_plan.key_splits, 1u);
+  EXPECT_GT(split_plan.workspace_bytes, 0u);
+  auto big_buffer = take(DeviceBuffer::allocate(layer_buffer_bytes(big)));
+  EXPECT_EQ(prefill_attention(split_plan, mse_codec, big_buffer.data(), args, nullptr).error().code,
+            ErrorCode::InvalidArgument);
   // A codec of another mode.
   const QuantConfig other = *QuantConfig::parse("k=mse4,v=mse3,nc");
   auto other_cache = take(TurboQuantCache::create(CacheShape{128, {2}, 1, 64}, other));
@@ -403,8 +453,14 @@ TEST(CudaPrefillSmall, TinyChunksForSanitizers) {
   check_prefill({"k=prod3,v=mse2", 128, 4, true, 16, {{1, 0, 1}, {40, 20, 20}, {70, 33, 37}}}, fresh_seed());
   check_prefill({"k=mse4,v=mse3,nc", 64, 8, false, 0, {{45, 0, 45}, {9, 2, 7}}}, fresh_seed());
   // The warpgroup kernel (head_dim 128, MSE keys): three 64-token tiles, both precisions.
-  check_prefill({"k=mse4,v=mse3,nc", 128, 4, true, 16, {{150, 90, 60}, {9, 2, 7}}}, fresh_seed());
-  check_prefill({"k=mse3,v=mse2", 128, 4, false, 0, {{150, 0, 150}}, PrefillPrecision::Fast}, fresh_seed());
+  // The warpgroup kernel (head_dim 128, MSE keys): three 64-token tiles, both precisions, the second with the
+  // keys split (three splits of one tile: partials, the counter and the merge).
+  check_prefill({"k=mse4,v=mse3,nc", 128, 4, true, 16, {{150, 90, 60}, {9, 2, 7}}, PrefillPrecision::HiLo, 2, 1.0f,
+                 PrefillKernel::Auto, kNoSplit},
+                fresh_seed());
+  check_prefill({"k=mse3,v=mse2", 128, 4, false, 0, {{150, 0, 150}}, PrefillPrecision::Fast, 2, 1.0f,
+                 PrefillKernel::Auto, kMostSplits},
+                fresh_seed());
 }
 
 }  // namespace

@@ -68,17 +68,21 @@ class DeviceCache {
   // options.sinks is a DEVICE array [q_heads] or null (its values cannot be checked on the host);
   // options.threads and chunk_tokens are ignored. It plans per call, uploads the requests' positions (after
   // synchronising `stream`, so the small argument buffer is never overwritten while a kernel reads it) and
-  // launches one prefill kernel per request on `stream`; it does not wait for them. Not graph-capturable: use
+  // launches one prefill kernel per request on `stream`; it does not wait for them. Where the plan splits the
+  // keys, the cache keeps the workspace (grown when a call needs more). Not graph-capturable: use
   // plan_prefill / prefill for that.
   Status attention(std::uint32_t layer, std::span<const kvcompact::tq::AttentionRequest> requests,
                    const kvcompact::tq::AttentionOptions& options, void* stream = nullptr,
                    PrefillPrecision precision = PrefillPrecision::HiLo);
 
-  // The plan / run form of chunked prefill over `layer`: plan once per (q_heads, max_rows); prefill fills
-  // args.lengths / args.window_begins with the cache's device mirrors (whatever the caller set) and checks that
-  // every sequence's length is ≤ the plan's max_length. Device-side preconditions: see PrefillArgs.
+  // The plan / run form of chunked prefill over `layer`: plan once per (q_heads, max_rows, max_batch entries
+  // per launch); prefill fills args.lengths / args.window_begins with the cache's device mirrors (whatever the
+  // caller set) and checks that every sequence's length is ≤ the plan's max_length. The caller passes a
+  // workspace of plan.workspace_bytes (non-zero where the plan splits the keys). Device-side preconditions: see
+  // PrefillArgs.
   Result<PrefillPlan> plan_prefill(std::uint32_t layer, std::uint32_t q_heads, std::uint32_t max_rows,
-                                   PrefillPrecision precision = PrefillPrecision::HiLo) const;
+                                   PrefillPrecision precision = PrefillPrecision::HiLo,
+                                   std::uint32_t max_batch = 1) const;
   Status prefill(std::uint32_t layer, const PrefillPlan& plan, PrefillArgs args, void* workspace = nullptr,
                  void* stream = nullptr) const;
 
@@ -96,6 +100,7 @@ class DeviceCache {
   std::vector<std::unique_ptr<Layer>> layers_;
   DeviceBuffer status_;        // one encode status word
   DeviceBuffer request_args_;  // attention(): [3][requests] seq, first_position, rows
+  DeviceBuffer prefill_workspace_;  // attention(): the key splits' partials and counters
 };
 
 }  // namespace kvcompact::cuda::tq

@@ -23,8 +23,9 @@ enum class PrefillPrecision : std::uint8_t { HiLo = 0, Fast = 1 };
 // Both compute the same quantities with the same fp16 splits (docs/cuda-prefill.md).
 enum class PrefillKernel : std::uint8_t { Auto = 0, Portable = 1, Warpgroup = 2 };
 
-// Fixed per batch shape: layout, mode, q_heads and upper bounds on the rows of one batch entry and on the
-// sequence lengths. It picks the kernel instance, raises its shared-memory limit and sizes the workspace.
+// Fixed per batch shape: layout, mode, q_heads and upper bounds on the rows of one batch entry, on the
+// sequence lengths and on the entries of one launch. It picks the kernel instance, raises its shared-memory
+// limit, splits the keys where a launch would leave multiprocessors idle, and sizes the workspace.
 struct PrefillPlan {
   LayerLayout layout{};
   kvcompact::tq::QuantConfig config{};
@@ -38,19 +39,26 @@ struct PrefillPlan {
   std::uint32_t tokens_per_block = 0;  // query tokens per block
   std::uint32_t head_groups = 0;       // blocks along a GQA group wider than block_rows
   std::uint32_t tiles = 0;             // blocks along the query tokens of one entry
-  int blocks_per_sm = 0;               // occupancy of the kernel instance (informational)
-  std::uint64_t workspace_bytes = 0;   // 0 for this kernel; prefill_attention accepts a null workspace then
+  std::uint32_t max_batch = 0;         // entries of one launch
+  // Blocks per query tile, each over a contiguous part of its keys, merged by the last to finish (warpgroup
+  // kernel; 1 = no split): chosen so that the blocks fill the multiprocessors' waves (docs/cuda-prefill.md).
+  std::uint32_t key_splits = 1;
+  int blocks_per_sm = 0;               // occupancy of the kernel instance
+  // The splits' partials and counters; 0 without a key split (prefill_attention accepts a null workspace then).
+  std::uint64_t workspace_bytes = 0;
 };
 
-// multiprocessors: of the device that will run it (device_properties().multiprocessors); informational.
-// Errors: InvalidArgument (q_heads not a positive multiple of kv_heads, max_rows 0), OutOfRange (max_length
+// multiprocessors: of the device that will run it (device_properties().multiprocessors): the key split fills
+// its waves. max_batch: the most entries a launch with this plan may have (PrefillArgs::batch).
+// Errors: InvalidArgument (q_heads not a positive multiple of kv_heads, max_rows 0, max_batch 0 or above 65535,
+// multiprocessors below 1), OutOfRange (max_length
 // beyond the capacity, max_rows beyond max_length, a grid dimension too large), Unsupported (head_dim other
 // than 64 / 128 / 256, key code bits outside 1..5 or value bits outside 2..4; kernel Warpgroup for another
 // head_dim or QJL keys).
 Result<PrefillPlan> plan_prefill(const LayerLayout& layout, const kvcompact::tq::QuantConfig& config,
                                  std::uint32_t q_heads, std::uint32_t max_rows, std::uint32_t max_length,
                                  int multiprocessors, PrefillPrecision precision = PrefillPrecision::HiLo,
-                                 PrefillKernel kernel = PrefillKernel::Auto);
+                                 PrefillKernel kernel = PrefillKernel::Auto, std::uint32_t max_batch = 1);
 
 // One launch for a ragged batch: entry i holds rows[i] query rows of cache sequence seqs[i] (or i when seqs is
 // null) at positions first_positions[i] + r, r ∈ [0, rows[i]); row r sees key positions [0, first_positions[i]
@@ -61,7 +69,7 @@ Result<PrefillPlan> plan_prefill(const LayerLayout& layout, const kvcompact::tq:
 // the layout in every case, so a wrong device value never reads or writes outside the layer buffer; outputs
 // are written only inside the rows of each entry.
 struct PrefillArgs {
-  std::uint32_t batch = 0;                       // entries (host value); ≤ 65535
+  std::uint32_t batch = 0;                       // entries (host value); ≤ plan.max_batch
   const std::uint32_t* seqs = nullptr;           // device [batch] or null
   const std::uint32_t* first_positions = nullptr;  // device [batch]
   const std::uint32_t* rows = nullptr;           // device [batch]
@@ -74,8 +82,9 @@ struct PrefillArgs {
 };
 
 // Checks every host-visible argument (Mismatch for a codec of another head_dim / mode, InvalidArgument for null
-// pointers, a misaligned layer or a non-finite scale, OutOfRange for a batch beyond 65535) and launches one
-// kernel on `stream`. Allocates and synchronises nothing, so it can be captured in a CUDA graph.
+// pointers, a missing workspace, a misaligned layer or a non-finite scale, OutOfRange for a batch beyond the
+// plan's max_batch) and launches one kernel on `stream` (after zeroing the split counters in the workspace when
+// the plan splits the keys). Allocates and synchronises nothing, so it can be captured in a CUDA graph.
 Status prefill_attention(const PrefillPlan& plan, const DeviceCodec& codec, const void* layer_data,
                          const PrefillArgs& args, void* workspace, void* stream = nullptr);
 

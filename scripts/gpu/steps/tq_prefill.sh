@@ -44,12 +44,12 @@ for r in base:
     if ctx not in best or float(r["us"]) < float(best[ctx]["us"]):
         best[ctx] = r
 rows = []
-print(f"{'mode':12s} {'prec':5s} {'kernel':9s} {'context':>7s} {'ours us':>10s} {'TFLOP/s':>8s} {'bf16 best':>22s} {'bf16 us':>10s} {'TFLOP/s':>8s} {'ours/bf16':>9s}")
+print(f"{'mode':12s} {'prec':5s} {'kernel':10s} {'context':>7s} {'ours us':>10s} {'TFLOP/s':>8s} {'bf16 best':>22s} {'bf16 us':>10s} {'TFLOP/s':>8s} {'ours/bf16':>9s}")
 for r in ours:
     ctx = int(r["context"])
     b = best.get(ctx)
     ratio = float(b["us"]) / float(r["us"]) if b else float("nan")
-    print(f"{r['mode']:12s} {r['precision']:5s} {r['kernel']:9s} {ctx:7d} {float(r['us']):10.1f} {float(r['tflops']):8.1f} "
+    print(f"{r['mode']:12s} {r['precision']:5s} {r['kernel']:10s} {ctx:7d} {float(r['us']):10.1f} {float(r['tflops']):8.1f} "
           f"{(b['backend'] if b else '-'):>22s} {(float(b['us']) if b else float('nan')):10.1f} "
           f"{(float(b['tflops']) if b else float('nan')):8.1f} {ratio:9.2f}")
     rows.append(["ours", r["mode"], r["precision"], r["kernel"], ctx, r["chunk"], r["us"], r["tflops"],
