@@ -11,6 +11,8 @@
 //   - 512 threads get 128 registers each at launch; with three consumers `setmaxnreg` moves registers from the
 //     producer (80) to the consumers (144), which would spill at 128. (Two consumers need no move: 384 threads
 //     at 167 registers; they measured 17 % slower at 32K, one producer then feeding only 128 rows.)
+//   - with a key split (PrefillParams::key_splits > 1) the blocks of one query tile each take a part of its key
+//     tiles; the last to finish merges their partials (merge_key_splits) before the epilogue.
 // docs/cuda-prefill.md describes both kernels; prefill_device.cuh holds their shared pieces.
 #include <cuda_fp16.h>
 
