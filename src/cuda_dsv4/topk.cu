@@ -339,8 +339,8 @@ cudaError_t launch_topk(const TopkParams& p, std::uint32_t multiprocessors, cuda
   if (std::uint64_t{p.count} * 16 <= multiprocessors && static_cast<std::uint32_t>(max_active_clusters<16>()) >= p.count) {
     return launch_clusters<16>(p, stream);
   }
-  // (Batch 8 on the H200: eight 16-block clusters cannot all be resident, eight 12-block ones can, as the occupancy
-  // query reports.)
+  // (On the H200 the occupancy query reports 7 clusters of 10 to 16 such blocks at once, so batch 8 takes the
+  // 8-block path below; scripts/gpu/cluster_occupancy.cu prints the query's answers.)
   if (std::uint64_t{p.count} * 12 <= multiprocessors &&
       static_cast<std::uint32_t>(max_active_clusters<12>()) >= p.count) {
     return launch_clusters<12>(p, stream);
