@@ -1,4 +1,4 @@
-# Sourced by the A/B scripts (dsv4_ab.sh, prefill_ab.sh) from the repository root: the build configuration
+# Sourced by the A/B scripts (dsv4_ab.sh, prefill_ab.sh, encode_ab.sh) from the repository root: the build configuration
 # (configure.sh), $OUT (default ./out), the sides that scripts/gpu/dsv4_ab_prepare.sh exported into .ab (carried
 # with the run) and their concurrent builds.
 source scripts/gpu/configure.sh
@@ -79,4 +79,18 @@ ab_build_and_check() {
   else
     ab_build "$1" "$1"
   fi
+}
+
+# ab_bench_rounds BENCH CSV HEADER AWK: runs BENCH (its path in each side's build-gpu, with $BENCH_ARGS) on every
+# side, alternating, $ROUNDS times, so that the card's drift hits all sides alike; AWK (given r = round and s =
+# side) turns the benchmark's lines into CSV rows, written after HEADER to CSV.
+ab_bench_rounds() {
+  local bench="$1" csv="$2" header="$3" prog="$4" r s
+  echo "$header" > "$csv"
+  for r in $(seq 1 "$ROUNDS"); do
+    for s in "${SIDES[@]}"; do
+      # shellcheck disable=SC2086  # (BENCH_ARGS is a list of arguments)
+      timeout 120 "${DIR[$s]}/build-gpu/$bench" ${BENCH_ARGS:-} 2>&1 | awk -v r="$r" -v s="$s" "$prog" >> "$csv"
+    done
+  done
 }

@@ -11,19 +11,12 @@ cd "$(dirname "$0")/../.."
 source scripts/gpu/ab_common.sh
 BENCH_ARGS="${BENCH_ARGS:-}"
 ROUNDS="${1:-2}"
-BENCH=src/cuda/bench/kvcompact_cuda_tq_encode_bench
 ab_build_and_check kvcompact_cuda_tq_encode_bench encode 'CudaEncode*:EncodeQuantiser*:EncodeDivision*:CudaCache.*' \
   'CudaEncodeSmall*' '^\[encode' 300
 rc=$CHECK_RC
 # Benchmark lines: kernel mode d dtype rows us GB/s %copy.
-echo "round,side,kernel,mode,head_dim,dtype,us" > "$OUT/encode_ab.csv"
-for r in $(seq 1 "$ROUNDS"); do
-  for s in "${SIDES[@]}"; do
-    # shellcheck disable=SC2086  # (BENCH_ARGS is a list of arguments)
-    timeout 120 "${DIR[$s]}/build-gpu/$BENCH" $BENCH_ARGS 2>&1 | awk -v r="$r" -v s="$s" '
-      ($1 == "fast" || $1 == "general") && NF == 8 { gsub(/,/, ";", $2); print r "," s "," $1 "," $2 "," $3 "," $4 "," $6 }' \
-      >> "$OUT/encode_ab.csv"
-  done
-done
+ab_bench_rounds src/cuda/bench/kvcompact_cuda_tq_encode_bench "$OUT/encode_ab.csv" \
+  "round,side,kernel,mode,head_dim,dtype,us" '
+  ($1 == "fast" || $1 == "general") && NF == 8 { gsub(/,/, ";", $2); print r "," s "," $1 "," $2 "," $3 "," $4 "," $6 }'
 python3 scripts/gpu/ab_table.py "$OUT/encode_ab.csv" kernel,mode,head_dim,dtype us
 exit "$rc"

@@ -12,19 +12,15 @@ cd "$(dirname "$0")/../.."
 source scripts/gpu/ab_common.sh
 BENCH_ARGS="${BENCH_ARGS:---quick}"
 ROUNDS="${1:-2}"
-BENCH=src/cuda/bench/kvcompact_cuda_tq_prefill_bench
 ab_build_and_check kvcompact_cuda_tq_prefill_bench prefill 'CudaPrefill*:CudaCache.*' 'CudaPrefillSmall*' \
   '^\[prefill' 200
 rc=$CHECK_RC
-# Benchmark lines: mode prec [kernel] context chunk us TFLOP/s rows/blk occ (older trees print no kernel column).
-echo "round,side,mode,precision,kernel,context,us" > "$OUT/prefill_ab.csv"
-for r in $(seq 1 "$ROUNDS"); do
-  for s in "${SIDES[@]}"; do
-    timeout 120 "${DIR[$s]}/build-gpu/$BENCH" $BENCH_ARGS 2>&1 | awk -v r="$r" -v s="$s" '
-      ($1 == "recommended" || $1 == "seed") && NF >= 8 {
-        if (NF >= 9) print r "," s "," $1 "," $2 "," $3 "," $4 "," $6;
-        else print r "," s "," $1 "," $2 ",-," $3 "," $5 }' >> "$OUT/prefill_ab.csv"
-  done
-done
+# Benchmark lines: mode prec [kernel] context chunk us TFLOP/s rows/blk occ [splits] (older trees print no kernel
+# column).
+ab_bench_rounds src/cuda/bench/kvcompact_cuda_tq_prefill_bench "$OUT/prefill_ab.csv" \
+  "round,side,mode,precision,kernel,context,us" '
+  ($1 == "recommended" || $1 == "seed") && NF >= 8 {
+    if (NF >= 9) print r "," s "," $1 "," $2 "," $3 "," $4 "," $6;
+    else print r "," s "," $1 "," $2 ",-," $3 "," $5 }'
 python3 scripts/gpu/ab_table.py "$OUT/prefill_ab.csv" mode,precision,kernel,context us
 exit "$rc"

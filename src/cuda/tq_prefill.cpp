@@ -25,6 +25,12 @@ constexpr std::uint32_t kMaxKeySplits = 4;  // bounds the workspace (a partial p
 // with the lowest cost wins: 2048 rows x 8 KV heads (344 query tiles of 192 rows) over 32K keys on 132
 // multiprocessors take 3 splits (8 waves of 182 + 22 tiles instead of 3 waves of 544 + 22, the last one 61 %
 // full; measured 1.9 % faster); over 8K keys none.
+// Query tiles (blocks before any key split) of a launch of `entries` batch entries: the key split's units, each
+// with its partials and counter in the workspace (entry-major, so a smaller launch uses the first ones).
+std::uint64_t query_tiles(const PrefillPlan& plan, std::uint64_t entries) {
+  return entries * plan.layout.kv_heads * plan.head_groups * plan.tiles;
+}
+
 std::uint32_t choose_key_splits(std::uint64_t units, std::uint64_t slots, std::uint64_t key_tiles) {
   constexpr double kFixedTiles = 22.0;
   std::uint32_t best = 1;
@@ -124,7 +130,7 @@ Result<PrefillPlan> plan_prefill(const LayerLayout& layout, const kvcompact::tq:
   plan.key_splits = 1;
   plan.workspace_bytes = 0;
   if (use_wgmma && plan.blocks_per_sm > 0) {
-    const std::uint64_t units = std::uint64_t{max_batch} * grid_y * plan.tiles;
+    const std::uint64_t units = query_tiles(plan, max_batch);
     const std::uint64_t slots = static_cast<std::uint64_t>(multiprocessors) * plan.blocks_per_sm;
     plan.key_splits = choose_key_splits(units, slots, (std::uint64_t{max_length} + kKeyTile - 1) / kKeyTile);
     if (tiles * plan.key_splits > kMaxGridX) plan.key_splits = 1;
@@ -198,13 +204,10 @@ Status prefill_attention(const PrefillPlan& plan, const DeviceCodec& codec, cons
   p.scale_log2 = scale * 1.4426950408889634f;
   p.key_splits = plan.key_splits;
   if (plan.key_splits > 1) {
-    const std::uint64_t units = std::uint64_t{args.batch} * layout.kv_heads * plan.head_groups * plan.tiles;
-    const std::uint64_t partials = std::uint64_t{plan.max_batch} * layout.kv_heads * plan.head_groups * plan.tiles *
-                                   plan.key_splits * detail::prefill_wgmma_partial_floats();
     p.partials = static_cast<float*>(workspace);
-    p.counters = reinterpret_cast<std::uint32_t*>(p.partials + partials);
-    // Units are numbered from entry 0, so this launch's counters are the first `units`.
-    KVC_CUDA_TRY(cudaMemsetAsync(p.counters, 0, units * 4u, static_cast<cudaStream_t>(stream)));
+    p.counters = reinterpret_cast<std::uint32_t*>(p.partials + query_tiles(plan, plan.max_batch) * plan.key_splits *
+                                                                  detail::prefill_wgmma_partial_floats());
+    KVC_CUDA_TRY(cudaMemsetAsync(p.counters, 0, query_tiles(plan, args.batch) * 4u, static_cast<cudaStream_t>(stream)));
   }
   KVC_CUDA_TRY(detail::launch_prefill(p, static_cast<cudaStream_t>(stream)));
   return ok_status();
