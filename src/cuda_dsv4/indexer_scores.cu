@@ -32,14 +32,23 @@ __device__ float cpu_dot128_row(const float* a, const std::uint8_t* row, std::ui
                    __fadd_rn(__fadd_rn(s[4], s[5]), __fadd_rn(s[6], s[7])));
 }
 
+constexpr unsigned kScoreGroupsAtOnce = 2;  // row groups of 8 whose MMA chains a warp interleaves (16-bit paths)
 constexpr unsigned kKiStride = 144;  // bytes per key row in shared memory (conflict-free B fragments)
 // Row stride of the per-head products: each lane stores its two adjacent rows as one 8-byte value, and a stride
 // of 72 floats (36 eight-byte words, 4 mod 16) puts the 16 lanes of each half-warp on distinct bank pairs.
 constexpr unsigned kPStride = kScoreTileRows + 8;
-constexpr unsigned kRawBf16Stride = 272;  // raw BF16 rows: 256 B + 16 (conflict-free 16-B and ldmatrix reads)
-constexpr unsigned kRawBytes = kScoreTileRows * kRawBf16Stride;  // per buffer; FP8 / MXFP4 tiles are smaller
+// 16-bit rows (raw BF16 rows, FP8 rows widened to f16) lie in shared memory 256 B apart, their 16-byte chunk c
+// at position c ^ (row % 8). That keeps every access conflict-free without padding: the 8 rows of an ldmatrix
+// matrix read 8 distinct bank groups, the row check's quarter-warps too (see its read order), and the eight
+// copies of a quarter-warp's cp.async land in one aligned 128-byte line. (A padded stride of 272 B split each
+// quarter-warp's copies over two lines: 2.6x the ideal shared-memory wavefronts of the copies, Nsight Compute.)
+constexpr unsigned kRow16Bytes = 256;
+constexpr unsigned kRawBytes = kScoreTileRows * kRow16Bytes;  // per buffer; FP8 / MXFP4 tiles are smaller
+__device__ __forceinline__ unsigned row16_chunk(unsigned row, unsigned chunk) {
+  return row * kRow16Bytes + ((chunk ^ (row % 8)) << 4);
+}
 
-// The int8 rows of an MXFP4 tile (64 x kKiStride bytes) and the f16 rows of an FP8 tile (64 x kRawBf16Stride)
+// The int8 rows of an MXFP4 tile (64 x kKiStride bytes) and the f16 rows of an FP8 tile (64 x kRow16Bytes)
 // are written over the tile's own raw buffer once every thread has its raw values in registers; that keeps a
 // block under 56 KB, so four blocks (16 warps) fit on a multiprocessor (the registers allow four as well).
 static_assert(kScoreTileRows * kKiStride <= kRawBytes);
@@ -54,24 +63,25 @@ struct ScoreSmem {
   int wq_emin, wq_emax;  // over the heads with w_h 2^fq_h != 0: floor(log2 |w_h 2^fq_h|), min and max + 1
 };
 
-// Copies the raw bytes of key rows [row0, row0 + nrows) into a shared buffer (BF16: padded row stride;
+// Copies the raw bytes of key rows [row0, row0 + nrows) into a shared buffer (BF16: chunks at row16_chunk;
 // FP8 / MXFP4: contiguous; a tile starts 16-byte aligned because 64 rows of 132 / 68 B are multiples of 16).
 template <bool kBf16>
 __device__ __forceinline__ void stage_tile(std::uint8_t* dst, const std::uint8_t* rows, std::uint32_t row0,
                                            std::uint32_t nrows, std::uint32_t row_bytes) {
   const std::uint8_t* src = rows + static_cast<std::uint64_t>(row0) * row_bytes;
   if (kBf16 && nrows == kScoreTileRows) {
-    // A whole tile: piece tid + 128 j is row tid / 16 + 8 j, bytes 16 (tid % 16) ...; fixed offsets from two
-    // per-thread bases (the general loop below spent ~10 instructions of address arithmetic per copy).
+    // A whole tile: piece tid + 128 j is chunk tid % 16 of row tid / 16 + 8 j (the same row % 8 for every j);
+    // fixed offsets from two per-thread bases (the general loop below spent ~10 instructions of address
+    // arithmetic per copy).
     const std::uint8_t* s0 = src + threadIdx.x * 16;
-    std::uint8_t* d0 = dst + (threadIdx.x / 16) * kRawBf16Stride + (threadIdx.x % 16) * 16;
+    std::uint8_t* d0 = dst + row16_chunk(threadIdx.x / 16, threadIdx.x % 16);
 #pragma unroll
     for (unsigned j = 0; j < kScoreTileRows * 16 / kScoreThreads; ++j) {
-      cp_async16(d0 + j * (kScoreThreads / 16) * kRawBf16Stride, s0 + j * kScoreThreads * 16);
+      cp_async16(d0 + j * (kScoreThreads / 16) * kRow16Bytes, s0 + j * kScoreThreads * 16);
     }
   } else if (kBf16) {
     for (unsigned c = threadIdx.x; c < nrows * 16; c += kScoreThreads) {
-      cp_async16(dst + (c / 16) * kRawBf16Stride + (c % 16) * 16, src + c * 16);
+      cp_async16(dst + row16_chunk(c / 16, c % 16), src + c * 16);
     }
   } else {
     const unsigned bytes = nrows * row_bytes;
@@ -114,51 +124,67 @@ __device__ __forceinline__ bool mxfp4_block_codes(const std::uint32_t* wd, int s
   return (any_index & 0x77777777u) == 0;
 }
 
-// Tensor-core terms of a tile of 16-bit rows (stride kRawBf16Stride) into ps: four groups of 8 rows at a time;
+// Tensor-core terms of one warp's quarter of a tile of 16-bit rows (row16_chunk layout) into ps: 32 heads
+// (head0 + 16 mt + g, + 8: the A fragments a[mt]) x 32 rows (groups group0 .. group0 + 3 of 8 rows), so that each
+// warp reads half the tile's rows: a warp of 16 heads x 64 rows read every row four times per tile, and those
+// ldmatrix wavefronts were the largest share of a shared-memory pipe that ran at ~87 % (Nsight Compute).
 // ldmatrix register j of 32-dim chunk c holds dims 32 c + 8 j + 2 tig, + 1 of row 8 group + g, the B fragments of
 // k-steps 2 c (j = 0, 1) and 2 c + 1 (j = 2, 3). Terms fl((w_h 2^fq_h) max(I, 0)); rows past the tile's end hold
 // stale bytes, and their terms are never summed.
 template <typename Format>
-__device__ __forceinline__ void mma_terms_16bit(float* ps, const std::uint8_t* rows, const std::uint32_t (&a)[8][4],
-                                                float wqa, float wqb, unsigned ha, unsigned hb, unsigned lane) {
-  const unsigned tig = lane % 4;
-  constexpr unsigned kGroupsAtOnce = 4;
+__device__ __forceinline__ void mma_terms_16bit(float* ps, const std::uint8_t* rows, const std::uint32_t (&a)[2][8][4],
+                                                const float (&wqa)[2], const float (&wqb)[2], unsigned head0,
+                                                unsigned group0, unsigned lane) {
+  const unsigned g = lane / 4, tig = lane % 4;
+  constexpr unsigned kGroupsAtOnce = kScoreGroupsAtOnce;
+  // Lane l addresses row l % 8 of matrix l / 8, whose 16-byte chunk 4 c + l / 8 lies at (4 c + l / 8) ^ (l % 8):
+  // 8 (c / 2) + (x, or x ^ 4 for odd c), x = (l / 8) ^ (l % 8).
+  const unsigned x = (lane / 8) ^ (lane % 8);
+  const std::uint8_t* lane_row = rows + (group0 * 8 + lane % 8) * kRow16Bytes;
+  auto mma = [](float (&d)[4], const std::uint32_t (&af)[4], std::uint32_t b0, std::uint32_t b1) {
+    if constexpr (Format::kMantissa == Bf16Bits::kMantissa) {
+      mma_bf16(d, af, b0, b1);
+    } else {
+      mma_f16(d, af, b0, b1);
+    }
+  };
 #pragma unroll
-  for (unsigned ng0 = 0; ng0 < kScoreTileRows / 8; ng0 += kGroupsAtOnce) {
-    float acc[kGroupsAtOnce][4];
+  for (unsigned ng0 = 0; ng0 < 4; ng0 += kGroupsAtOnce) {
+    float acc[kGroupsAtOnce][2][4];
 #pragma unroll
-    for (unsigned i = 0; i < kGroupsAtOnce; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+    for (unsigned i = 0; i < kGroupsAtOnce; ++i) {
+#pragma unroll
+      for (unsigned mt = 0; mt < 2; ++mt) acc[i][mt][0] = acc[i][mt][1] = acc[i][mt][2] = acc[i][mt][3] = 0.0f;
+    }
 #pragma unroll
     for (unsigned c = 0; c < kIndexerDim / 32; ++c) {
       std::uint32_t b[kGroupsAtOnce][4];
 #pragma unroll
       for (unsigned i = 0; i < kGroupsAtOnce; ++i) {
-        ldmatrix_x4(b[i], rows + ((ng0 + i) * 8 + lane % 8) * kRawBf16Stride + (32 * c + 8 * (lane / 8)) * 2);
+        ldmatrix_x4(b[i], lane_row + (ng0 + i) * 8 * kRow16Bytes + ((8 * (c / 2) + (c % 2 ? x ^ 4u : x)) << 4));
       }
 #pragma unroll
       for (unsigned i = 0; i < kGroupsAtOnce; ++i) {
-        if constexpr (Format::kMantissa == Bf16Bits::kMantissa) {
-          mma_bf16(acc[i], a[2 * c], b[i][0], b[i][1]);
-        } else {
-          mma_f16(acc[i], a[2 * c], b[i][0], b[i][1]);
-        }
+#pragma unroll
+        for (unsigned mt = 0; mt < 2; ++mt) mma(acc[i][mt], a[mt][2 * c], b[i][0], b[i][1]);
       }
 #pragma unroll
       for (unsigned i = 0; i < kGroupsAtOnce; ++i) {
-        if constexpr (Format::kMantissa == Bf16Bits::kMantissa) {
-          mma_bf16(acc[i], a[2 * c + 1], b[i][2], b[i][3]);
-        } else {
-          mma_f16(acc[i], a[2 * c + 1], b[i][2], b[i][3]);
-        }
+#pragma unroll
+        for (unsigned mt = 0; mt < 2; ++mt) mma(acc[i][mt], a[mt][2 * c + 1], b[i][2], b[i][3]);
       }
     }
 #pragma unroll
     for (unsigned i = 0; i < kGroupsAtOnce; ++i) {
-      const unsigned ra = (ng0 + i) * 8 + tig * 2;  // even: the float2 accesses are aligned
-      *reinterpret_cast<float2*>(&ps[ha * kPStride + ra]) =
-          make_float2(__fmul_rn(wqa, fmaxf(acc[i][0], 0.0f)), __fmul_rn(wqa, fmaxf(acc[i][1], 0.0f)));
-      *reinterpret_cast<float2*>(&ps[hb * kPStride + ra]) =
-          make_float2(__fmul_rn(wqb, fmaxf(acc[i][2], 0.0f)), __fmul_rn(wqb, fmaxf(acc[i][3], 0.0f)));
+      const unsigned ra = (group0 + ng0 + i) * 8 + tig * 2;  // even: the float2 accesses are aligned
+#pragma unroll
+      for (unsigned mt = 0; mt < 2; ++mt) {
+        const unsigned ha = head0 + 16 * mt + g, hb = ha + 8;
+        *reinterpret_cast<float2*>(&ps[ha * kPStride + ra]) = make_float2(
+            __fmul_rn(wqa[mt], fmaxf(acc[i][mt][0], 0.0f)), __fmul_rn(wqa[mt], fmaxf(acc[i][mt][1], 0.0f)));
+        *reinterpret_cast<float2*>(&ps[hb * kPStride + ra]) = make_float2(
+            __fmul_rn(wqb[mt], fmaxf(acc[i][mt][2], 0.0f)), __fmul_rn(wqb[mt], fmaxf(acc[i][mt][3], 0.0f)));
+      }
     }
   }
 }
@@ -178,8 +204,9 @@ __device__ __forceinline__ float relu_product(float wq, float offset, int dot) {
   return __fmaf_rn(wq, __int_as_float(__viaddmax_s32(dot, 0x4B000000, 0x4B000000)), offset);
 }
 
-// Block: 4 warps (warp w: heads 16w .. 16w + 15); tiles of 64 key rows of one token, raw bytes double-buffered
-// in shared memory with cp.async. The path by storage (per tile):
+// Block: 4 warps; tiles of 64 key rows of one token, raw bytes double-buffered in shared memory with cp.async.
+// Warp w scores heads 32 (w % 2) .. + 31 on rows 32 (w / 2) .. + 31 of a tile on the 16-bit paths, heads
+// 16 w .. 16 w + 15 on all 64 rows on the int8 path. The path by storage (per tile):
 // - BF16 rows go to bf16 MMAs as they are: row check, MMA, head sums; two barriers.
 // - FP8 rows (e4m3 codes and a power-of-two f32 scale) are widened to f16 rows in shared memory for f16 MMAs,
 //   whose terms are over the row scale 2^k (applied to the head sum, as 2^fk on the int8 path); four barriers.
@@ -234,37 +261,45 @@ __global__ void __launch_bounds__(kScoreThreads, 4) score_kernel(ScoreParams p) 
       atomicMax(&sm.wq_emax, e + 1);
     }
   }
-  // A fragments (16 heads x 128 dims: 8 bf16 / f16 k-steps of 16, or 4 int8 k-steps of 32) stay in registers.
+  // A fragments stay in registers. 16-bit paths: warp w scores heads 32 (w % 2) + [0, 32) (two m-tiles of 16, 8
+  // k-steps of 16 each) on rows 32 (w / 2) + [0, 32) of each tile; int8 path: heads 16 w + [0, 16) (4 k-steps of
+  // 32) on all 64 rows.
   using RowFormat = std::conditional_t<kPath == ScorePath::Bf16Rows, Bf16Bits, F16Bits>;
   constexpr bool kIntCodes = kPath == ScorePath::Mxfp4Codes;
   constexpr int kKSteps = kIntCodes ? 4 : 8;
-  std::uint32_t a[8][4];  // (the int8 path uses a[0..3])
-  const unsigned ha = warp * 16 + g, hb = ha + 8;
+  constexpr unsigned kMTiles = kIntCodes ? 1 : 2;
+  std::uint32_t a[2][8][4];  // (the int8 path uses a[0][0..3])
+  const unsigned head0 = kIntCodes ? warp * 16 : (warp % 2) * 32, group0 = kIntCodes ? 0 : (warp / 2) * 4;
+  float wqa[2] = {0.0f, 0.0f}, wqb[2] = {0.0f, 0.0f};
 #pragma unroll
-  for (int ks = 0; ks < kKSteps; ++ks) {
-    if constexpr (!kIntCodes) {
-      const unsigned col = ks * 16 + tig * 2;
-      auto pair_at = [&](unsigned h, unsigned c) {
-        return static_cast<std::uint32_t>(*reinterpret_cast<const std::uint16_t*>(qi + h * kIndexerDim + c));
-      };
-      a[ks][0] = codes_to_16bit_pair<RowFormat>(pair_at(ha, col));
-      a[ks][1] = codes_to_16bit_pair<RowFormat>(pair_at(hb, col));
-      a[ks][2] = codes_to_16bit_pair<RowFormat>(pair_at(ha, col + 8));
-      a[ks][3] = codes_to_16bit_pair<RowFormat>(pair_at(hb, col + 8));
-    } else {
-      const unsigned col = ks * 32 + tig * 4;
-      a[ks][0] = *reinterpret_cast<const std::uint32_t*>(qi + ha * kIndexerDim + col);
-      a[ks][1] = *reinterpret_cast<const std::uint32_t*>(qi + hb * kIndexerDim + col);
-      a[ks][2] = *reinterpret_cast<const std::uint32_t*>(qi + ha * kIndexerDim + col + 16);
-      a[ks][3] = *reinterpret_cast<const std::uint32_t*>(qi + hb * kIndexerDim + col + 16);
+  for (unsigned mt = 0; mt < kMTiles; ++mt) {
+    const unsigned ha = head0 + 16 * mt + g, hb = ha + 8;
+#pragma unroll
+    for (int ks = 0; ks < kKSteps; ++ks) {
+      if constexpr (!kIntCodes) {
+        const unsigned col = ks * 16 + tig * 2;
+        auto pair_at = [&](unsigned h, unsigned c) {
+          return static_cast<std::uint32_t>(*reinterpret_cast<const std::uint16_t*>(qi + h * kIndexerDim + c));
+        };
+        a[mt][ks][0] = codes_to_16bit_pair<RowFormat>(pair_at(ha, col));
+        a[mt][ks][1] = codes_to_16bit_pair<RowFormat>(pair_at(hb, col));
+        a[mt][ks][2] = codes_to_16bit_pair<RowFormat>(pair_at(ha, col + 8));
+        a[mt][ks][3] = codes_to_16bit_pair<RowFormat>(pair_at(hb, col + 8));
+      } else {
+        const unsigned col = ks * 32 + tig * 4;
+        a[mt][ks][0] = *reinterpret_cast<const std::uint32_t*>(qi + ha * kIndexerDim + col);
+        a[mt][ks][1] = *reinterpret_cast<const std::uint32_t*>(qi + hb * kIndexerDim + col);
+        a[mt][ks][2] = *reinterpret_cast<const std::uint32_t*>(qi + ha * kIndexerDim + col + 16);
+        a[mt][ks][3] = *reinterpret_cast<const std::uint32_t*>(qi + hb * kIndexerDim + col + 16);
+      }
     }
+    // w_h * 2^fq_h of the thread's heads (exact: checked above, else the whole token takes the scalar path).
+    wqa[mt] = ha < p.heads ? weight_times_2fq(ha) : 0.0f;
+    wqb[mt] = hb < p.heads ? weight_times_2fq(hb) : 0.0f;
   }
-  // w_h * 2^fq_h of the warp's two heads (exact: checked above, else the whole token takes the scalar path).
-  const float wqa = ha < p.heads ? weight_times_2fq(ha) : 0.0f;
-  const float wqb = hb < p.heads ? weight_times_2fq(hb) : 0.0f;
-  // -wq 2^23 for relu_product: exact unless it overflows, and then (w 2^fq above 2^104) the row checks below flag
-  // every row, whose terms the scalar path writes.
-  const float wqa_offset = __fmul_rn(wqa, -8388608.0f), wqb_offset = __fmul_rn(wqb, -8388608.0f);
+  // -wq 2^23 for relu_product (int8 path): exact unless it overflows, and then (w 2^fq above 2^104) the row checks
+  // below flag every row, whose terms the scalar path writes.
+  const float wqa_offset = __fmul_rn(wqa[0], -8388608.0f), wqb_offset = __fmul_rn(wqb[0], -8388608.0f);
   __syncthreads();
   const bool q_ok = sm.q_ok != 0;
   const int fq_min = sm.fq_min, fq_max = sm.fq_max, wq_emin = sm.wq_emin, wq_emax = sm.wq_emax;
@@ -289,12 +324,13 @@ __global__ void __launch_bounds__(kScoreThreads, 4) score_kernel(ScoreParams p) 
       // ---- row check: two threads per key row (dims [64 half, 64 half + 64)), then the MMAs on the raw rows.
       // (Rows past a short tile's end hold stale bytes: checked like any row, never flagged, their terms never
       // summed; reading them unconditionally keeps the loads unpredicated.)
+      // (The check is order-free: the thread of half 1 reads its chunks from the fifth on, so a quarter-warp's
+      // four rows x two halves hit eight distinct bank groups.)
       const unsigned r = tid / 2, half = tid % 2;
-      const std::uint8_t* rr = sm.raw[buf] + r * kRawBf16Stride + half * 128;
       std::uint32_t words[32];
 #pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        const uint4 q = *reinterpret_cast<const uint4*>(rr + 16 * k);
+      for (unsigned k = 0; k < 8; ++k) {
+        const uint4 q = *reinterpret_cast<const uint4*>(sm.raw[buf] + row16_chunk(r, 8 * half + (k ^ 4 * half)));
         words[4 * k] = q.x;
         words[4 * k + 1] = q.y;
         words[4 * k + 2] = q.z;
@@ -310,7 +346,7 @@ __global__ void __launch_bounds__(kScoreThreads, 4) score_kernel(ScoreParams p) 
         sm.sk[r] = 1.0f;
         flag_for_scalar_path(sm, buf, r, nrows, q_ok && ok);
       }
-      mma_terms_16bit<Bf16Bits>(sm.ps, sm.raw[buf], a, wqa, wqb, ha, hb, lane);
+      mma_terms_16bit<Bf16Bits>(sm.ps, sm.raw[buf], a, wqa, wqb, head0, group0, lane);
     } else if constexpr (kPath == ScorePath::Fp8Rows) {
       // ---- widen to f16 (two threads per key row) and check; the f16 rows overwrite the tile's buffer.
       const unsigned r = tid / 2, half = tid % 2;
@@ -336,18 +372,20 @@ __global__ void __launch_bounds__(kScoreThreads, 4) score_kernel(ScoreParams p) 
       ok = ok && fq_min + e - 7 + k >= -149 && fq_max + e + 15 + k <= 126;
       ok = ok && wq_emin + e - 7 + min(k, 0) >= -126 && wq_emax + e + 21 + max(k, 0) <= 127;
       __syncthreads();  // every FP8 row is in registers: the f16 rows may overwrite the buffer
-      std::uint8_t* out = sm.raw[buf] + r * kRawBf16Stride + half * 128;
+      // (In the row check's order: half 1 writes its chunks from the fifth on, conflict-free.)
 #pragma unroll
-      for (int q = 0; q < 8; ++q) {
-        *reinterpret_cast<uint4*>(out + 16 * q) =
-            make_uint4(words[4 * q], words[4 * q + 1], words[4 * q + 2], words[4 * q + 3]);
+      for (unsigned q = 0; q < 8; ++q) {
+        const unsigned q1 = q ^ 4u;
+        const uint4 v = half == 0 ? make_uint4(words[4 * q], words[4 * q + 1], words[4 * q + 2], words[4 * q + 3])
+                                  : make_uint4(words[4 * q1], words[4 * q1 + 1], words[4 * q1 + 2], words[4 * q1 + 3]);
+        *reinterpret_cast<uint4*>(sm.raw[buf] + row16_chunk(r, 8 * half + (q ^ 4 * half))) = v;
       }
       if (half == 0) {
         sm.sk[r] = q_ok && ok ? pow2f(k) : 1.0f;
         flag_for_scalar_path(sm, buf, r, nrows, q_ok && ok);
       }
       __syncthreads();
-      mma_terms_16bit<F16Bits>(sm.ps, sm.raw[buf], a, wqa, wqb, ha, hb, lane);
+      mma_terms_16bit<F16Bits>(sm.ps, sm.raw[buf], a, wqa, wqb, head0, group0, lane);
     } else {
       // ---- MXFP4 decode: two threads per key row (dims [64 half, 64 half + 64)) to integer codes at one exponent.
       {
@@ -423,20 +461,21 @@ __global__ void __launch_bounds__(kScoreThreads, 4) score_kernel(ScoreParams p) 
           acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0;
         }
 #pragma unroll
-        for (unsigned i = 0; i < kGroupsAtOnce; ++i) mma_s8(acc[i], a[0], k01[i].x, k01[i].y);
+        for (unsigned i = 0; i < kGroupsAtOnce; ++i) mma_s8(acc[i], a[0][0], k01[i].x, k01[i].y);
 #pragma unroll
-        for (unsigned i = 0; i < kGroupsAtOnce; ++i) mma_s8(acc[i], a[1], k01[i].z, k01[i].w);
+        for (unsigned i = 0; i < kGroupsAtOnce; ++i) mma_s8(acc[i], a[0][1], k01[i].z, k01[i].w);
 #pragma unroll
-        for (unsigned i = 0; i < kGroupsAtOnce; ++i) mma_s8(acc[i], a[2], k23[i].x, k23[i].y);
+        for (unsigned i = 0; i < kGroupsAtOnce; ++i) mma_s8(acc[i], a[0][2], k23[i].x, k23[i].y);
 #pragma unroll
-        for (unsigned i = 0; i < kGroupsAtOnce; ++i) mma_s8(acc[i], a[3], k23[i].z, k23[i].w);
+        for (unsigned i = 0; i < kGroupsAtOnce; ++i) mma_s8(acc[i], a[0][3], k23[i].z, k23[i].w);
 #pragma unroll
         for (unsigned i = 0; i < kGroupsAtOnce; ++i) {
           const unsigned ra = (ng0 + i) * 8 + tig * 2;  // even: the float2 accesses are aligned
-          *reinterpret_cast<float2*>(&sm.ps[ha * kPStride + ra]) =
-              make_float2(relu_product(wqa, wqa_offset, acc[i][0]), relu_product(wqa, wqa_offset, acc[i][1]));
-          *reinterpret_cast<float2*>(&sm.ps[hb * kPStride + ra]) =
-              make_float2(relu_product(wqb, wqb_offset, acc[i][2]), relu_product(wqb, wqb_offset, acc[i][3]));
+          const unsigned ha = head0 + g, hb = ha + 8;
+          *reinterpret_cast<float2*>(&sm.ps[ha * kPStride + ra]) = make_float2(
+              relu_product(wqa[0], wqa_offset, acc[i][0]), relu_product(wqa[0], wqa_offset, acc[i][1]));
+          *reinterpret_cast<float2*>(&sm.ps[hb * kPStride + ra]) = make_float2(
+              relu_product(wqb[0], wqb_offset, acc[i][2]), relu_product(wqb[0], wqb_offset, acc[i][3]));
         }
       }
     }
