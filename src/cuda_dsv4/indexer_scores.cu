@@ -34,9 +34,12 @@ __device__ float cpu_dot128_row(const float* a, const std::uint8_t* row, std::ui
 
 constexpr unsigned kScoreGroupsAtOnce = 2;  // row groups of 8 whose MMA chains a warp interleaves (16-bit paths)
 constexpr unsigned kKiStride = 144;  // bytes per key row in shared memory (conflict-free B fragments)
-// Row stride of the per-head products: each lane stores its two adjacent rows as one 8-byte value, and a stride
-// of 72 floats (36 eight-byte words, 4 mod 16) puts the 16 lanes of each half-warp on distinct bank pairs.
-constexpr unsigned kPStride = kScoreTileRows + 8;
+// The per-head products lie by key row, ps[row * kPStride + head], so that a row's head sum reads them 16 bytes at a
+// time. The MMAs' A rows g and g + 8 hold heads 2 g and 2 g + 1 of their tile of 16 (see the A fragments), so a
+// lane stores its two heads of one row as one 8-byte value; a stride of 68 floats (4 mod 32) puts a half-warp's
+// 16 such stores (rows 2 tig, heads 2 g) on distinct bank pairs and a quarter-warp's 16-byte head-sum loads (8
+// rows) on distinct bank groups.
+constexpr unsigned kPStride = kIndexerMaxHeads + 4;
 // 16-bit rows (raw BF16 rows, FP8 rows widened to f16) lie in shared memory 256 B apart, their 16-byte chunk c
 // at position c ^ (row % 8). That keeps every access conflict-free without padding: the 8 rows of an ldmatrix
 // matrix read 8 distinct bank groups, the row check's quarter-warps too (see its read order), and the eight
@@ -125,8 +128,8 @@ __device__ __forceinline__ bool mxfp4_block_codes(const std::uint32_t* wd, int s
 }
 
 // Tensor-core terms of one warp's quarter of a tile of 16-bit rows (row16_chunk layout) into ps: 32 heads
-// (head0 + 16 mt + g, + 8: the A fragments a[mt]) x 32 rows (groups group0 .. group0 + 3 of 8 rows), so that each
-// warp reads half the tile's rows: a warp of 16 heads x 64 rows read every row four times per tile, and those
+// (head0 + 16 mt + 2 g, + 1: A rows g, g + 8 of the fragments a[mt]) x 32 rows (groups group0 .. group0 + 3 of
+// 8 rows), so that each warp reads half the tile's rows: a warp of 16 heads x 64 rows read every row four times per tile, and those
 // ldmatrix wavefronts were the largest share of a shared-memory pipe that ran at ~87 % (Nsight Compute).
 // ldmatrix register j of 32-dim chunk c holds dims 32 c + 8 j + 2 tig, + 1 of row 8 group + g, the B fragments of
 // k-steps 2 c (j = 0, 1) and 2 c + 1 (j = 2, 3). Terms fl((w_h 2^fq_h) max(I, 0)); rows past the tile's end hold
@@ -179,11 +182,11 @@ __device__ __forceinline__ void mma_terms_16bit(float* ps, const std::uint8_t* r
       const unsigned ra = (group0 + ng0 + i) * 8 + tig * 2;  // even: the float2 accesses are aligned
 #pragma unroll
       for (unsigned mt = 0; mt < 2; ++mt) {
-        const unsigned ha = head0 + 16 * mt + g, hb = ha + 8;
-        *reinterpret_cast<float2*>(&ps[ha * kPStride + ra]) = make_float2(
-            __fmul_rn(wqa[mt], fmaxf(acc[i][mt][0], 0.0f)), __fmul_rn(wqa[mt], fmaxf(acc[i][mt][1], 0.0f)));
-        *reinterpret_cast<float2*>(&ps[hb * kPStride + ra]) = make_float2(
-            __fmul_rn(wqb[mt], fmaxf(acc[i][mt][2], 0.0f)), __fmul_rn(wqb[mt], fmaxf(acc[i][mt][3], 0.0f)));
+        const unsigned ha = head0 + 16 * mt + 2 * g;  // and ha + 1 (A row g + 8)
+        *reinterpret_cast<float2*>(&ps[ra * kPStride + ha]) = make_float2(
+            __fmul_rn(wqa[mt], fmaxf(acc[i][mt][0], 0.0f)), __fmul_rn(wqb[mt], fmaxf(acc[i][mt][2], 0.0f)));
+        *reinterpret_cast<float2*>(&ps[(ra + 1) * kPStride + ha]) = make_float2(
+            __fmul_rn(wqa[mt], fmaxf(acc[i][mt][1], 0.0f)), __fmul_rn(wqb[mt], fmaxf(acc[i][mt][3], 0.0f)));
       }
     }
   }
@@ -273,7 +276,7 @@ __global__ void __launch_bounds__(kScoreThreads, 4) score_kernel(ScoreParams p) 
   float wqa[2] = {0.0f, 0.0f}, wqb[2] = {0.0f, 0.0f};
 #pragma unroll
   for (unsigned mt = 0; mt < kMTiles; ++mt) {
-    const unsigned ha = head0 + 16 * mt + g, hb = ha + 8;
+    const unsigned ha = head0 + 16 * mt + 2 * g, hb = ha + 1;  // A rows g and g + 8 (see kPStride)
 #pragma unroll
     for (int ks = 0; ks < kKSteps; ++ks) {
       if constexpr (!kIntCodes) {
@@ -471,11 +474,11 @@ __global__ void __launch_bounds__(kScoreThreads, 4) score_kernel(ScoreParams p) 
 #pragma unroll
         for (unsigned i = 0; i < kGroupsAtOnce; ++i) {
           const unsigned ra = (ng0 + i) * 8 + tig * 2;  // even: the float2 accesses are aligned
-          const unsigned ha = head0 + g, hb = ha + 8;
-          *reinterpret_cast<float2*>(&sm.ps[ha * kPStride + ra]) = make_float2(
-              relu_product(wqa[0], wqa_offset, acc[i][0]), relu_product(wqa[0], wqa_offset, acc[i][1]));
-          *reinterpret_cast<float2*>(&sm.ps[hb * kPStride + ra]) = make_float2(
-              relu_product(wqb[0], wqb_offset, acc[i][2]), relu_product(wqb[0], wqb_offset, acc[i][3]));
+          const unsigned ha = head0 + 2 * g;  // and ha + 1 (A row g + 8)
+          *reinterpret_cast<float2*>(&sm.ps[ra * kPStride + ha]) = make_float2(
+              relu_product(wqa[0], wqa_offset, acc[i][0]), relu_product(wqb[0], wqb_offset, acc[i][2]));
+          *reinterpret_cast<float2*>(&sm.ps[(ra + 1) * kPStride + ha]) = make_float2(
+              relu_product(wqa[0], wqa_offset, acc[i][1]), relu_product(wqb[0], wqb_offset, acc[i][3]));
         }
       }
     }
@@ -490,7 +493,7 @@ __global__ void __launch_bounds__(kScoreThreads, 4) score_kernel(ScoreParams p) 
         const std::uint8_t* row = desc.indexer_rows + static_cast<std::uint64_t>(row0 + r) * p.row_bytes;
         for (unsigned h = lane; h < p.heads; h += 32) {
           const float dot = cpu_dot128_row(qf + h * kIndexerDim, row, p.storage);
-          sm.ps[h * kPStride + r] = __fmul_rn(w[h], dot < 0.0f ? 0.0f : dot);
+          sm.ps[r * kPStride + h] = __fmul_rn(w[h], dot < 0.0f ? 0.0f : dot);
         }
         if (lane == 0 && p.fallback_rows != nullptr) atomicAdd(p.fallback_rows, 1ull);
       }
@@ -503,20 +506,22 @@ __global__ void __launch_bounds__(kScoreThreads, 4) score_kernel(ScoreParams p) 
     // partial sum: a rounded sum that is normal in both scales rounds the same relative bits, and one that is
     // subnormal in either scale is exact there (a sum of multiples of 2^-149 below 2^-126), hence representable
     // and exact in the other scale too; no partial sum can overflow (checked). So the sum times sk is exactly the
-    // CPU's total, and the multiply does not round. (Values are loaded 16 at a time ahead of the dependent adds;
-    // the order of the adds is unchanged.)
+    // CPU's total, and the multiply does not round. (Values are loaded 16 at a time, four per 16-byte load, ahead
+    // of the dependent adds; the order of the adds is unchanged.)
     if (tid < nrows) {
       float total = 0.0f;
-      const float* col = sm.ps + tid;
+      const float* row_terms = sm.ps + tid * kPStride;
       unsigned h = 0;
       for (; h + 16 <= p.heads; h += 16) {
-        float v[16];
+        float4 v[4];
 #pragma unroll
-        for (unsigned j = 0; j < 16; ++j) v[j] = col[(h + j) * kPStride];
+        for (unsigned j = 0; j < 4; ++j) v[j] = *reinterpret_cast<const float4*>(row_terms + h + 4 * j);
 #pragma unroll
-        for (unsigned j = 0; j < 16; ++j) total = __fadd_rn(total, v[j]);
+        for (unsigned j = 0; j < 4; ++j) {
+          total = __fadd_rn(__fadd_rn(__fadd_rn(__fadd_rn(total, v[j].x), v[j].y), v[j].z), v[j].w);
+        }
       }
-      for (; h < p.heads; ++h) total = __fadd_rn(total, col[h * kPStride]);
+      for (; h < p.heads; ++h) total = __fadd_rn(total, row_terms[h]);
       total = __fmul_rn(total, sm.sk[tid]);
       p.scores[static_cast<std::uint64_t>(token) * p.score_stride + row0 + tid] = total;
     }
