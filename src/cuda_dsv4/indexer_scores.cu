@@ -57,7 +57,7 @@ __device__ __forceinline__ unsigned row16_chunk(unsigned row, unsigned chunk) {
 static_assert(kScoreTileRows * kKiStride <= kRawBytes);
 struct ScoreSmem {
   std::uint8_t raw[2][kRawBytes];
-  float ps[kIndexerMaxHeads * kPStride];
+  float ps[kScoreTileRows * kPStride];  // ps[row * kPStride + head]
   float sk[kScoreTileRows];     // power of two of each row's head sum: 2^fk of MXFP4 codes, the FP8 scale 2^k;
                                 // 1 for BF16 rows and rows of the scalar path
   int flagged[kScoreTileRows];  // rows of the tile that take the exact scalar path
@@ -129,8 +129,9 @@ __device__ __forceinline__ bool mxfp4_block_codes(const std::uint32_t* wd, int s
 
 // Tensor-core terms of one warp's quarter of a tile of 16-bit rows (row16_chunk layout) into ps: 32 heads
 // (head0 + 16 mt + 2 g, + 1: A rows g, g + 8 of the fragments a[mt]) x 32 rows (groups group0 .. group0 + 3 of
-// 8 rows), so that each warp reads half the tile's rows: a warp of 16 heads x 64 rows read every row four times per tile, and those
-// ldmatrix wavefronts were the largest share of a shared-memory pipe that ran at ~87 % (Nsight Compute).
+// 8 rows), so that each warp reads half the tile's rows: a warp of 16 heads x 64 rows read every row four times
+// per tile, and those ldmatrix wavefronts were the largest share of a shared-memory pipe that ran at ~87 %
+// (Nsight Compute).
 // ldmatrix register j of 32-dim chunk c holds dims 32 c + 8 j + 2 tig, + 1 of row 8 group + g, the B fragments of
 // k-steps 2 c (j = 0, 1) and 2 c + 1 (j = 2, 3). Terms fl((w_h 2^fq_h) max(I, 0)); rows past the tile's end hold
 // stale bytes, and their terms are never summed.
