@@ -23,18 +23,19 @@ ab_sides() {
   for s in "${SIDES[@]}"; do [ "$s" = new ] || DIR[$s]=".ab/$s"; done
 }
 
-# ab_build "TARGETS OF NEW" "TARGETS OF THE OTHERS": builds every side in build-gpu of its tree, all at once (each
-# build is dominated by a few long nvcc compilations, so one at a time would leave most of the 16 cores idle);
-# logs in $OUT/ab_build_<side>.log. Exported trees use this tree's carried dependencies (.deps) through a link.
-# Exits when a build fails.
+# ab_build "TARGETS OF NEW" "TARGETS OF BASE" ["TARGETS OF THE FURTHER SIDES", default those of base]: builds every
+# side in build-gpu of its tree, all at once (each build is dominated by a few long nvcc compilations, so one at a
+# time would leave most of the 16 cores idle); logs in $OUT/ab_build_<side>.log. Exported trees use this tree's
+# carried dependencies (.deps) through a link. Exits when a build fails.
 ab_build() {
-  local t0 s d targets
+  local t0 s d targets further="${3:-$2}"
   t0=$(date +%s)
   local -A pid=()
   for s in "${SIDES[@]}"; do
     d=${DIR[$s]}
     [ "$d" != . ] && [ -d .deps ] && [ ! -e "$d/.deps" ] && ln -s "$PWD/.deps" "$d/.deps"
-    targets=$2
+    targets=$further
+    [ "$s" = base ] && targets=$2
     [ "$s" = new ] && targets=$1
     # shellcheck disable=SC2086  # (a list of targets)
     (cd "$d" && gpu_configure build-gpu "$OUT/ab_build_$s.log" && cmake --build build-gpu -j8 --target $targets \
@@ -47,15 +48,15 @@ ab_build() {
   echo "built ${#SIDES[@]} sides in $(( $(date +%s) - t0 )) s: ${SIDES[*]}; $(tr '\n' ';' < .ab/sides 2>/dev/null || cat .ab/base_rev)"
 }
 
-# ab_check NAME TESTS_FILTER SANITIZE_FILTER LINES [TIMEOUT]: the new side's CUDA tests matching TESTS_FILTER
-# (log $OUT/NAME_tests.log; prints the results, failures and the lines matching the regex LINES), then
-# compute-sanitizer memcheck and racecheck on SANITIZE_FILTER ($OUT/NAME_<tool>.log). Sets CHECK_RC to the first
-# nonzero exit code (0 when everything passed).
+# ab_check NAME TESTS_FILTER SANITIZE_FILTER LINES [TIMEOUT] [BINARY]: the CUDA tests matching TESTS_FILTER of
+# BINARY (default: the new side's TurboQuant test binary; log $OUT/NAME_tests.log; prints the results, failures
+# and the lines matching the regex LINES), then compute-sanitizer memcheck and racecheck on SANITIZE_FILTER
+# ($OUT/NAME_<tool>.log). Sets CHECK_RC to the first nonzero exit code (0 when everything passed).
 ab_check() {
-  local name=$1 tests=$2 small=$3 lines=$4 bin=build-gpu/tests/cuda/kvcompact_cuda_tests tool code
+  local name=$1 tests=$2 small=$3 lines=$4 bin=${6:-build-gpu/tests/cuda/kvcompact_cuda_tests} tool code
   timeout "${TEST_TIMEOUT:-${5:-300}}" "$bin" --gtest_filter="$tests" > "$OUT/${name}_tests.log" 2>&1
   CHECK_RC=$?
-  echo "$name tests (new side) exit code: $CHECK_RC"
+  echo "$name tests ($bin) exit code: $CHECK_RC"
   grep -E "^\[ *(PASSED|FAILED) |Failure" "$OUT/${name}_tests.log" | head -20
   grep -E "$lines" "$OUT/${name}_tests.log" | sed -E 's/entries.*occupancy=[0-9]+: //' | head -40
   for tool in memcheck racecheck; do

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # A/B of the DeepSeek-V4 decode step on the GPU machine, every side measured in the same run: the working tree
 # ("new") against the revisions exported by scripts/gpu/dsv4_ab_prepare.sh ("base" in .ab/base, and any further
-# ones in .ab/<name>, listed in .ab/sides). Builds the decode benchmark of each side, then runs every case on
-# every side, alternating, ROUNDS times (run-to-run drift of the card then hits all sides alike), and prints per
-# case and side the mean step time (CUDA graph), its indexer / attention parts, and side / base. CSV of every run
-# in $OUT/dsv4_ab.csv.
+# ones in .ab/<name>, listed in .ab/sides). Builds the decode benchmark of each side, runs the DeepSeek-V4 GPU
+# tests and compute-sanitizer memcheck / racecheck on their Small suite on every side but base (TESTS=0 skips
+# them; a side that fails them is still measured, and the script exits nonzero), then runs every case on every
+# side, alternating, ROUNDS times (run-to-run drift of the card then hits all sides alike), and prints per case
+# and side the mean step time (CUDA graph), its indexer / attention parts, and side / base. CSV of every run in
+# $OUT/dsv4_ab.csv.
 # Usage: CASES="bf16 1 1048576,bf16 8 1048576" scripts/gpu/dsv4_ab.sh [ROUNDS]   (default 2 rounds)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -13,8 +15,19 @@ CASES="${CASES:-bf16 1 65536,bf16 1 1048576,fp8 1 262144,bf16 8 1048576}"
 ROUNDS="${1:-2}"
 BENCH_TARGET=kvcompact_cuda_dsv4_decode_bench
 BENCH_PATH=src/cuda/bench/kvcompact_cuda_dsv4_decode_bench
+TESTS_TARGET=kvcompact_cuda_dsv4_tests
 ab_sides
-ab_build "$BENCH_TARGET" "$BENCH_TARGET"
+rc=0
+if [ "${TESTS:-1}" = 1 ]; then
+  ab_build "$BENCH_TARGET $TESTS_TARGET" "$BENCH_TARGET" "$BENCH_TARGET $TESTS_TARGET"
+  for s in "${SIDES[@]}"; do
+    [ "$s" = base ] && continue
+    ab_check "dsv4_$s" '*' '*Small*' '^\[dsv4-kernels\] indexer' 300 "${DIR[$s]}/build-gpu/tests/cuda_dsv4/$TESTS_TARGET"
+    [ "$rc" != 0 ] || rc=$CHECK_RC
+  done
+else
+  ab_build "$BENCH_TARGET" "$BENCH_TARGET"
+fi
 echo "round,side,storage,batch,context,us,graph_us,indexer_us,attention_us" > "$OUT/dsv4_ab.csv"
 IFS=',' read -ra LIST <<< "$CASES"
 for r in $(seq 1 "$ROUNDS"); do
@@ -49,3 +62,4 @@ for (st, b, ctx), a in acc.items():
         print(f"{st:<10} {b:>5} {ctx:>8} {s:<24} {us:9.1f} {us / base:7.3f} "
               f"{mean(a[(s, 'indexer_us')]):9.1f} {mean(a[(s, 'attention_us')]):9.1f}")
 PY
+exit "$rc"
