@@ -18,6 +18,12 @@ constexpr std::uint64_t kMaxGridX = 2147483647;
 constexpr std::uint32_t kKeyTile = 64;      // key tokens per tile of the warpgroup kernel
 constexpr std::uint32_t kMaxKeySplits = 4;  // bounds the workspace (a partial per split and query tile)
 
+// Query tiles (blocks before any key split) of a launch of `entries` batch entries: the key split's units, each
+// with its partials and counter in the workspace (entry-major, so a smaller launch uses the first ones).
+std::uint64_t query_tiles(const PrefillPlan& plan, std::uint64_t entries) {
+  return entries * plan.layout.kv_heads * plan.head_groups * plan.tiles;
+}
+
 // Key splits for `units` query tiles of `key_tiles` key tiles each on `slots` resident blocks: blocks run in
 // whole waves, and a block costs a fixed ≈ 22 key tiles (query preparation, filling the ring, the epilogue; fitted
 // on the H200 from 2048-token chunks over 8K keys: 1790 µs unsplit in 3 waves, 1992 µs in 3 splits and 8 waves)
@@ -25,12 +31,6 @@ constexpr std::uint32_t kMaxKeySplits = 4;  // bounds the workspace (a partial p
 // with the lowest cost wins: 2048 rows x 8 KV heads (344 query tiles of 192 rows) over 32K keys on 132
 // multiprocessors take 3 splits (8 waves of 182 + 22 tiles instead of 3 waves of 544 + 22, the last one 61 %
 // full; measured 1.9 % faster); over 8K keys none.
-// Query tiles (blocks before any key split) of a launch of `entries` batch entries: the key split's units, each
-// with its partials and counter in the workspace (entry-major, so a smaller launch uses the first ones).
-std::uint64_t query_tiles(const PrefillPlan& plan, std::uint64_t entries) {
-  return entries * plan.layout.kv_heads * plan.head_groups * plan.tiles;
-}
-
 std::uint32_t choose_key_splits(std::uint64_t units, std::uint64_t slots, std::uint64_t key_tiles) {
   constexpr double kFixedTiles = 22.0;
   std::uint32_t best = 1;
