@@ -7,9 +7,9 @@
 //   two warpgroups through shared memory) -> P (fp16, 64 heads x 64 rows) to shared memory -> O += P V:
 //   warpgroup x takes dims [256 x, 256 x + 256) (16 m64n64k16, V = the tile read MN-major).
 // BF16 rows are copied by cp.async straight into their SW128 places of one of two tile buffers and widened to
-// fp16 in place (bf16 and fp16 are both 2 bytes), so P V of one tile runs on the tensor cores while the next
-// tile is widened. FP8 rows (584 bytes) are copied to a raw buffer (the second tile buffer) and decoded from
-// there into the first, one tile at a time.
+// fp16 in place (bf16 and fp16 are both 2 bytes); FP8 rows (584 bytes) are loaded into registers and decoded
+// into one of the two buffers. Either way P V of one tile runs on the tensor cores while the next tile is widened
+// or decoded.
 // Shared-memory reads per tile: Q twice (128 KB), the tile twice (S and PV: 128 KB), P twice (16 KB), against
 // ~800 KB for the mma.sync kernel, whose fragments are reloaded per warp. tests/cuda_dsv4/wgmma_test.cpp checks
 // the wgmma conventions this relies on; the attention tests check this kernel (attention.cu launches it for
@@ -35,12 +35,11 @@ constexpr unsigned kRows = kAttnTileRows;              // 64
 constexpr unsigned kTileBytes = kRows * kHeadDim * 2;  // an SW128 matrix of 64 x 512 fp16: 64 KB
 constexpr unsigned kPBytes = kAttnBlockHeads * kRows * 2;
 constexpr unsigned kFp8RowBytes = 584;  // 56 pieces of 8 e4m3 codes, 16 pieces of 4 bf16, 8 scale bytes
-constexpr unsigned kFp8Pieces = kFp8RowBytes / 8;
-static_assert(kRows * kFp8RowBytes <= kTileBytes, "a raw FP8 tile fits in a tile buffer");
+static_assert(kThreads == 4 * kRows, "FP8 rows: four threads per row");
 
 struct WgSmem {
   std::uint8_t q[kTileBytes];     // SW128, 1024-byte aligned (the struct is placed so)
-  std::uint8_t k[2][kTileBytes];  // BF16 rows: two tiles (alternating); FP8 rows: k[0] the tile, k[1] its raw bytes
+  std::uint8_t k[2][kTileBytes];  // two fp16 tiles (alternating)
   std::uint8_t p[kPBytes];
   float part_max[2][kAttnBlockHeads];  // per warpgroup, over its 32 rows of the tile
   float part_sum[2][kAttnBlockHeads];
@@ -80,29 +79,47 @@ __device__ __forceinline__ void widen_bf16_tile(std::uint8_t* tile) {
   }
 }
 
-// FP8 rows: the present rows' bytes, contiguous at kFp8RowBytes per row (the decode tests presence).
-__device__ __forceinline__ void stage_fp8_rows(std::uint8_t* raw, const std::uint8_t* const* rows) {
-  for (unsigned c = threadIdx.x; c < kRows * kFp8Pieces; c += kThreads) {
-    const unsigned r = c / kFp8Pieces, pc = c % kFp8Pieces;
-    if (rows[r] != nullptr) cp_async8(raw + r * kFp8RowBytes + pc * 8, rows[r] + pc * 8);
+// FP8 rows go through registers: thread t holds row t / 4 of a tile, its 8-byte pieces t % 4 + 4 j (j < 18: 72
+// pieces, 56 of e4m3 codes then 16 of bf16 pairs) and the row's 8 block scales. The loads of tile t + 1 are issued
+// before S of tile t and decoded into the other fp16 tile buffer while P V of tile t runs on the tensor cores, as
+// the BF16 rows are widened (a raw tile in shared memory does not fit beside two fp16 tiles and the query, so it
+// used to be decoded between the tiles' tensor-core work, with every thread waiting). A warp's load j reads 8 rows
+// x 32 contiguous bytes; its stores of piece j hit the 8 SW128 chunk positions of 8 rows evenly (ideal wavefronts).
+constexpr unsigned kFp8RegPieces = (kFp8RowBytes / 8 - 1) / 4;  // 18
+constexpr unsigned kFp8CodePieces = 56;
+struct Fp8RowRegs {
+  uint2 piece[kFp8RegPieces];
+  uint2 scales;  // block b's exponent byte (e + 127) in byte b; 127 for a missing row (zeros decode to zeros)
+};
+
+__device__ __forceinline__ void load_fp8_row_regs(Fp8RowRegs& regs, const std::uint8_t* const* rows) {
+  const unsigned r = threadIdx.x / 4, q = threadIdx.x % 4;
+  const uint2* src = reinterpret_cast<const uint2*>(rows[r]);
+  if (src != nullptr) {
+#pragma unroll
+    for (unsigned j = 0; j < kFp8RegPieces; ++j) regs.piece[j] = __ldg(src + q + 4 * j);
+    regs.scales = __ldg(src + kFp8CodePieces + 16);
+  } else {
+#pragma unroll
+    for (unsigned j = 0; j < kFp8RegPieces; ++j) regs.piece[j] = make_uint2(0u, 0u);
+    regs.scales = make_uint2(0x7F7F7F7Fu, 0x7F7F7F7Fu);
   }
-  cp_async_commit();
 }
 
-// Decodes a raw FP8 tile into the SW128 fp16 tile (zeros for missing rows).
-__device__ __forceinline__ void decode_fp8_tile(std::uint8_t* tile, const std::uint8_t* raw,
-                                                const std::uint8_t* const* rows) {
-  for (unsigned c = threadIdx.x; c < kRows * 72; c += kThreads) {
-    const unsigned r = c / 72, pc = c % 72;
-    const std::uint8_t* src = raw + r * kFp8RowBytes;
-    const bool present = rows[r] != nullptr;
-    const uint2 v = present ? *reinterpret_cast<const uint2*>(src + pc * 8) : make_uint2(0, 0);
-    if (pc < 56) {
-      const int e = present ? static_cast<int>(src[576 + pc / 8]) - 127 : 0;
-      *reinterpret_cast<uint4*>(tile + sw128_offset(r, pc * 8, kRows)) = e4m3x8_scaled_to_half8(v, e);
+// Decodes this thread's pieces (load_fp8_row_regs) into the SW128 fp16 tile. Code piece q + 4 j lies in block
+// (q + 4 j) / 8 = j / 2 (q < 4), so its scale byte is known at compile time.
+__device__ __forceinline__ void decode_fp8_row_regs(std::uint8_t* tile, const Fp8RowRegs& regs) {
+  const unsigned r = threadIdx.x / 4, q = threadIdx.x % 4;
+#pragma unroll
+  for (unsigned j = 0; j < kFp8RegPieces; ++j) {
+    const unsigned pc = q + 4 * j;
+    if (j < kFp8CodePieces / 4) {
+      const std::uint32_t word = j / 2 < 4 ? regs.scales.x : regs.scales.y;
+      const int e = static_cast<int>((word >> (8 * (j / 2 % 4))) & 0xFFu) - 127;
+      *reinterpret_cast<uint4*>(tile + sw128_offset(r, pc * 8, kRows)) = e4m3x8_scaled_to_half8(regs.piece[j], e);
     } else {
-      *reinterpret_cast<uint2*>(tile + sw128_offset(r, 448 + (pc - 56) * 4, kRows)) =
-          make_uint2(bf16x2_to_half2(v.x), bf16x2_to_half2(v.y));
+      *reinterpret_cast<uint2*>(tile + sw128_offset(r, 448 + (pc - kFp8CodePieces) * 4, kRows)) =
+          make_uint2(bf16x2_to_half2(regs.piece[j].x), bf16x2_to_half2(regs.piece[j].y));
     }
   }
 }
@@ -149,10 +166,11 @@ __global__ void __launch_bounds__(kThreads, 1) attention_split_wgmma_kernel(Atte
   }
   tile_rows(sm.rows[0], r_begin);
   __syncthreads();
+  Fp8RowRegs fp8;  // (FP8 rows only)
   if constexpr (kBf16Rows) {
     stage_bf16_rows(sm.k[0], sm.rows[0], p.q);
   } else {
-    stage_fp8_rows(sm.k[1], sm.rows[0]);
+    load_fp8_row_regs(fp8, sm.rows[0]);
   }
   {
     const unsigned c = 4 * (tid % 128);
@@ -176,31 +194,29 @@ __global__ void __launch_bounds__(kThreads, 1) attention_split_wgmma_kernel(Atte
     for (int i = 0; i < 32; ++i) o[nb][i] = 0.0f;
   }
 
-  // Tile t uses rows[t % 2] and, for BF16 rows, tile buffer t % 2. BF16 rows: while P V of tile t runs on the
-  // tensor cores, each thread widens its own pieces of tile t + 1 (no barrier needed for those: it copied them).
+  // Tile t uses rows[t % 2] and tile buffer t % 2. While P V of tile t runs on the tensor cores, each thread
+  // widens its own pieces of tile t + 1 (BF16: no barrier needed for those, it copied them) or decodes its FP8
+  // registers into the other buffer.
   if constexpr (kBf16Rows) {
     cp_async_wait<0>();
     widen_bf16_tile(sm.k[0]);
+  } else {
+    decode_fp8_row_regs(sm.k[0], fp8);
   }
   for (std::uint32_t t0 = r_begin, cur = 0; t0 < r_end; t0 += kRows, cur ^= 1u) {
     const std::uint32_t rows_here = min(kRows, r_end - t0);
     const bool has_next = t0 + kRows < r_end;
     const std::uint8_t* const* rows = sm.rows[cur];
-    const unsigned kb = kBf16Rows ? cur : 0u;  // this tile's buffer
+    const unsigned kb = cur;  // this tile's buffer
     if (has_next) tile_rows(sm.rows[cur ^ 1u], t0 + kRows);
-    if constexpr (!kBf16Rows) {
-      cp_async_wait<0>();
-      __syncthreads();  // the raw tile and the query are in
-      decode_fp8_tile(sm.k[0], sm.k[1], rows);
-    }
     fence_shared_for_async();
     __syncthreads();  // the tile is fp16 (and the query); the next tile's row pointers are visible; the previous
-                      // tile's P V is done (waited below), so its buffer, P and the raw buffer are free
+                      // tile's P V is done (waited below), so its buffer and P are free
     if (has_next) {
       if constexpr (kBf16Rows) {
         stage_bf16_rows(sm.k[kb ^ 1u], sm.rows[cur ^ 1u], p.q);
       } else {
-        stage_fp8_rows(sm.k[1], sm.rows[cur ^ 1u]);
+        load_fp8_row_regs(fp8, sm.rows[cur ^ 1u]);
       }
     }
 
@@ -280,10 +296,12 @@ __global__ void __launch_bounds__(kThreads, 1) attention_split_wgmma_kernel(Atte
       }
     }
     wgmma_commit();
-    if constexpr (kBf16Rows) {
-      if (has_next) {
+    if (has_next) {
+      if constexpr (kBf16Rows) {
         cp_async_wait<0>();
         widen_bf16_tile(sm.k[kb ^ 1u]);
+      } else {
+        decode_fp8_row_regs(sm.k[kb ^ 1u], fp8);
       }
     }
     wgmma_wait<0>();
