@@ -36,6 +36,7 @@ constexpr unsigned kTileBytes = kRows * kHeadDim * 2;  // an SW128 matrix of 64 
 constexpr unsigned kPBytes = kAttnBlockHeads * kRows * 2;
 constexpr unsigned kFp8RowBytes = 584;  // 56 pieces of 8 e4m3 codes, 16 pieces of 4 bf16, 8 scale bytes
 static_assert(kThreads == 4 * kRows, "FP8 rows: four threads per row");
+static_assert(kRows * kFp8RowBytes <= kTileBytes, "a raw FP8 tile fits in a tile buffer");
 
 struct WgSmem {
   std::uint8_t q[kTileBytes];     // SW128, 1024-byte aligned (the struct is placed so)
@@ -92,18 +93,34 @@ struct Fp8RowRegs {
   uint2 scales;  // block b's exponent byte (e + 127) in byte b; 127 for a missing row (zeros decode to zeros)
 };
 
-__device__ __forceinline__ void load_fp8_row_regs(Fp8RowRegs& regs, const std::uint8_t* const* rows) {
+// From global memory (kRaw false: rows[r]) or from a raw tile in shared memory that stage_fp8_rows filled (kRaw
+// true: raw + r kFp8RowBytes); a missing row (rows[r] null) gives zeros either way.
+template <bool kRaw>
+__device__ __forceinline__ void load_fp8_row_regs(Fp8RowRegs& regs, const std::uint8_t* const* rows,
+                                                  const std::uint8_t* raw = nullptr) {
   const unsigned r = threadIdx.x / 4, q = threadIdx.x % 4;
-  const uint2* src = reinterpret_cast<const uint2*>(rows[r]);
-  if (src != nullptr) {
+  if (rows[r] != nullptr) {
+    const uint2* src = reinterpret_cast<const uint2*>(kRaw ? raw + r * kFp8RowBytes : rows[r]);
 #pragma unroll
-    for (unsigned j = 0; j < kFp8RegPieces; ++j) regs.piece[j] = __ldg(src + q + 4 * j);
-    regs.scales = __ldg(src + kFp8CodePieces + 16);
+    for (unsigned j = 0; j < kFp8RegPieces; ++j) regs.piece[j] = kRaw ? src[q + 4 * j] : __ldg(src + q + 4 * j);
+    regs.scales = kRaw ? src[kFp8CodePieces + 16] : __ldg(src + kFp8CodePieces + 16);
   } else {
 #pragma unroll
     for (unsigned j = 0; j < kFp8RegPieces; ++j) regs.piece[j] = make_uint2(0u, 0u);
     regs.scales = make_uint2(0x7F7F7F7Fu, 0x7F7F7F7Fu);
   }
+}
+
+// The first tile of FP8 rows: the present rows' bytes by cp.async into a raw tile in shared memory (the second
+// tile buffer, which is free until the second tile), in flight while the query is converted; registers could
+// not hold them beside the query's.
+__device__ __forceinline__ void stage_fp8_rows(std::uint8_t* raw, const std::uint8_t* const* rows) {
+  constexpr unsigned kPieces = kFp8RowBytes / 8;
+  for (unsigned c = threadIdx.x; c < kRows * kPieces; c += kThreads) {
+    const unsigned r = c / kPieces, pc = c % kPieces;
+    if (rows[r] != nullptr) cp_async8(raw + r * kFp8RowBytes + pc * 8, rows[r] + pc * 8);
+  }
+  cp_async_commit();
 }
 
 // Decodes this thread's pieces (load_fp8_row_regs) into the SW128 fp16 tile. Code piece q + 4 j lies in block
@@ -166,11 +183,10 @@ __global__ void __launch_bounds__(kThreads, 1) attention_split_wgmma_kernel(Atte
   }
   tile_rows(sm.rows[0], r_begin);
   __syncthreads();
-  Fp8RowRegs fp8;  // (FP8 rows only)
   if constexpr (kBf16Rows) {
     stage_bf16_rows(sm.k[0], sm.rows[0], p.q);
   } else {
-    load_fp8_row_regs(fp8, sm.rows[0]);
+    stage_fp8_rows(sm.k[1], sm.rows[0]);
   }
   {
     const unsigned c = 4 * (tid % 128);
@@ -197,10 +213,13 @@ __global__ void __launch_bounds__(kThreads, 1) attention_split_wgmma_kernel(Atte
   // Tile t uses rows[t % 2] and tile buffer t % 2. While P V of tile t runs on the tensor cores, each thread
   // widens its own pieces of tile t + 1 (BF16: no barrier needed for those, it copied them) or decodes its FP8
   // registers into the other buffer.
+  Fp8RowRegs fp8;  // (FP8 rows only)
+  cp_async_wait<0>();
   if constexpr (kBf16Rows) {
-    cp_async_wait<0>();
     widen_bf16_tile(sm.k[0]);
   } else {
+    __syncthreads();  // the first raw tile is in (each thread decodes pieces that others copied)
+    load_fp8_row_regs<true>(fp8, sm.rows[0], sm.k[1]);
     decode_fp8_row_regs(sm.k[0], fp8);
   }
   for (std::uint32_t t0 = r_begin, cur = 0; t0 < r_end; t0 += kRows, cur ^= 1u) {
@@ -216,7 +235,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_split_wgmma_kernel(Atte
       if constexpr (kBf16Rows) {
         stage_bf16_rows(sm.k[kb ^ 1u], sm.rows[cur ^ 1u], p.q);
       } else {
-        load_fp8_row_regs(fp8, sm.rows[cur ^ 1u]);
+        load_fp8_row_regs<false>(fp8, sm.rows[cur ^ 1u]);
       }
     }
 
