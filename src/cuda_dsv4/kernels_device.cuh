@@ -134,7 +134,7 @@ __device__ __forceinline__ std::uint32_t e4m3x2_to_half2_bits(std::uint32_t pair
 // four half2 words, code 2k in the low half of word k. The scalar reference of e4m3x8_scaled_to_half8, and its
 // path for the rare exponents outside fp16; out of line, because a kernel that inlines it at every piece it
 // decodes grows by thousands of instructions and stalls on instruction fetch (Nsight Compute, round 11).
-__device__ __noinline__ uint4 e4m3x8_scaled_to_half8_scalar(uint2 codes, int e) {
+static __device__ __noinline__ uint4 e4m3x8_scaled_to_half8_scalar(uint2 codes, int e) {
   float f[8];
 #pragma unroll
   for (int b = 0; b < 4; ++b) {
