@@ -209,8 +209,7 @@ __device__ __forceinline__ float relu_product(float wq, float offset, int dot) {
 }
 
 // Block: 4 warps; tiles of 64 key rows of one token, raw bytes double-buffered in shared memory with cp.async.
-// Warp w scores heads 32 (w % 2) .. + 31 on rows 32 (w / 2) .. + 31 of a tile on the 16-bit paths, heads
-// 16 w .. 16 w + 15 on all 64 rows on the int8 path. The path by storage (per tile):
+// Warp w scores heads 32 (w % 2) .. + 31 on rows 32 (w / 2) .. + 31 of a tile. The path by storage (per tile):
 // - BF16 rows go to bf16 MMAs as they are: row check, MMA, head sums; two barriers.
 // - FP8 rows (e4m3 codes and a power-of-two f32 scale) are widened to f16 rows in shared memory for f16 MMAs,
 //   whose terms are over the row scale 2^k (applied to the head sum, as 2^fk on the int8 path); four barriers.
@@ -265,15 +264,15 @@ __global__ void __launch_bounds__(kScoreThreads, 4) score_kernel(ScoreParams p) 
       atomicMax(&sm.wq_emax, e + 1);
     }
   }
-  // A fragments stay in registers. 16-bit paths: warp w scores heads 32 (w % 2) + [0, 32) (two m-tiles of 16, 8
-  // k-steps of 16 each) on rows 32 (w / 2) + [0, 32) of each tile; int8 path: heads 16 w + [0, 16) (4 k-steps of
-  // 32) on all 64 rows.
+  // A fragments stay in registers. Warp w scores heads 32 (w % 2) + [0, 32) (two m-tiles of 16; 8 k-steps of 16
+  // on the 16-bit paths, 4 of 32 on the int8 path) on rows 32 (w / 2) + [0, 32) of each tile, so that each key row
+  // is read by two warps, not four.
   using RowFormat = std::conditional_t<kPath == ScorePath::Bf16Rows, Bf16Bits, F16Bits>;
   constexpr bool kIntCodes = kPath == ScorePath::Mxfp4Codes;
   constexpr int kKSteps = kIntCodes ? 4 : 8;
-  constexpr unsigned kMTiles = kIntCodes ? 1 : 2;
-  std::uint32_t a[2][8][4];  // (the int8 path uses a[0][0..3])
-  const unsigned head0 = kIntCodes ? warp * 16 : (warp % 2) * 32, group0 = kIntCodes ? 0 : (warp / 2) * 4;
+  constexpr unsigned kMTiles = 2;
+  std::uint32_t a[2][8][4];  // (the int8 path uses a[mt][0..3])
+  const unsigned head0 = (warp % 2) * 32, group0 = (warp / 2) * 4;
   float wqa[2] = {0.0f, 0.0f}, wqb[2] = {0.0f, 0.0f};
 #pragma unroll
   for (unsigned mt = 0; mt < kMTiles; ++mt) {
@@ -303,7 +302,8 @@ __global__ void __launch_bounds__(kScoreThreads, 4) score_kernel(ScoreParams p) 
   }
   // -wq 2^23 for relu_product (int8 path): exact unless it overflows, and then (w 2^fq above 2^104) the row checks
   // below flag every row, whose terms the scalar path writes.
-  const float wqa_offset = __fmul_rn(wqa[0], -8388608.0f), wqb_offset = __fmul_rn(wqb[0], -8388608.0f);
+  const float wqa_offset[2] = {__fmul_rn(wqa[0], -8388608.0f), __fmul_rn(wqa[1], -8388608.0f)};
+  const float wqb_offset[2] = {__fmul_rn(wqb[0], -8388608.0f), __fmul_rn(wqb[1], -8388608.0f)};
   __syncthreads();
   const bool q_ok = sm.q_ok != 0;
   const int fq_min = sm.fq_min, fq_max = sm.fq_max, wq_emin = sm.wq_emin, wq_emax = sm.wq_emax;
@@ -447,39 +447,48 @@ __global__ void __launch_bounds__(kScoreThreads, 4) score_kernel(ScoreParams p) 
         }
       }
       __syncthreads();
-      // ---- int8 MMA: 8 groups of 8 rows, four groups at a time with their MMAs interleaved (one group's chain of
-      // four dependent MMAs alone stalls on every MMA's latency: the H200 profile showed a NOP and a fixed-latency
-      // wait between them); dots exact, then fl((w_h 2^fq_h) max(I, 0)) into ps[head][row] (2^fk is applied to
-      // the row's head sum).
-      constexpr unsigned kGroupsAtOnce = 4;
+      // ---- int8 MMA on the warp's quarter (32 heads x 32 rows, as on the 16-bit paths: each warp reads half the
+      // tile's int8 rows; a warp of 16 heads x 64 rows read all of them): two groups of 8 rows at a time, each
+      // against both m-tiles, so four independent MMA chains interleave (one chain of four dependent MMAs alone
+      // stalls on every MMA's latency: the H200 profile showed a NOP and a fixed-latency wait between them); dots
+      // exact, then fl((w_h 2^fq_h) max(I, 0)) into ps[row][head] (2^fk is applied to the row's head sum).
+      constexpr unsigned kGroupsAtOnce = 2;
 #pragma unroll
-      for (unsigned ng0 = 0; ng0 < kScoreTileRows / 8; ng0 += kGroupsAtOnce) {
-        int acc[kGroupsAtOnce][4];
+      for (unsigned ng0 = 0; ng0 < 4; ng0 += kGroupsAtOnce) {
+        int acc[kGroupsAtOnce][2][4] = {};
         uint4 k01[kGroupsAtOnce], k23[kGroupsAtOnce];
 #pragma unroll
         for (unsigned i = 0; i < kGroupsAtOnce; ++i) {
-          // The int8 rows (see ScoreSmem and the decode's layout): this lane's eight B words of row 8 (ng0 + i) + g.
-          const std::uint8_t* kb = sm.raw[buf] + ((ng0 + i) * 8 + g) * kKiStride + tig * 32;
+          // The int8 rows (see ScoreSmem and the decode's layout): this lane's eight B words of row 8 group + g.
+          const std::uint8_t* kb = sm.raw[buf] + ((group0 + ng0 + i) * 8 + g) * kKiStride + tig * 32;
           k01[i] = *reinterpret_cast<const uint4*>(kb);
           k23[i] = *reinterpret_cast<const uint4*>(kb + 16);
-          acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0;
         }
+        auto mma_step = [&](unsigned ks, unsigned i, std::uint32_t b0, std::uint32_t b1) {
 #pragma unroll
-        for (unsigned i = 0; i < kGroupsAtOnce; ++i) mma_s8(acc[i], a[0][0], k01[i].x, k01[i].y);
+          for (unsigned mt = 0; mt < 2; ++mt) mma_s8(acc[i][mt], a[mt][ks], b0, b1);
+        };
 #pragma unroll
-        for (unsigned i = 0; i < kGroupsAtOnce; ++i) mma_s8(acc[i], a[0][1], k01[i].z, k01[i].w);
+        for (unsigned i = 0; i < kGroupsAtOnce; ++i) mma_step(0, i, k01[i].x, k01[i].y);
 #pragma unroll
-        for (unsigned i = 0; i < kGroupsAtOnce; ++i) mma_s8(acc[i], a[0][2], k23[i].x, k23[i].y);
+        for (unsigned i = 0; i < kGroupsAtOnce; ++i) mma_step(1, i, k01[i].z, k01[i].w);
 #pragma unroll
-        for (unsigned i = 0; i < kGroupsAtOnce; ++i) mma_s8(acc[i], a[0][3], k23[i].z, k23[i].w);
+        for (unsigned i = 0; i < kGroupsAtOnce; ++i) mma_step(2, i, k23[i].x, k23[i].y);
+#pragma unroll
+        for (unsigned i = 0; i < kGroupsAtOnce; ++i) mma_step(3, i, k23[i].z, k23[i].w);
 #pragma unroll
         for (unsigned i = 0; i < kGroupsAtOnce; ++i) {
-          const unsigned ra = (ng0 + i) * 8 + tig * 2;  // even: the float2 accesses are aligned
-          const unsigned ha = head0 + 2 * g;  // and ha + 1 (A row g + 8)
-          *reinterpret_cast<float2*>(&sm.ps[ra * kPStride + ha]) = make_float2(
-              relu_product(wqa[0], wqa_offset, acc[i][0]), relu_product(wqb[0], wqb_offset, acc[i][2]));
-          *reinterpret_cast<float2*>(&sm.ps[(ra + 1) * kPStride + ha]) = make_float2(
-              relu_product(wqa[0], wqa_offset, acc[i][1]), relu_product(wqb[0], wqb_offset, acc[i][3]));
+          const unsigned ra = (group0 + ng0 + i) * 8 + tig * 2;  // even: the float2 accesses are aligned
+#pragma unroll
+          for (unsigned mt = 0; mt < 2; ++mt) {
+            const unsigned ha = head0 + 16 * mt + 2 * g;  // and ha + 1 (A row g + 8)
+            *reinterpret_cast<float2*>(&sm.ps[ra * kPStride + ha]) =
+                make_float2(relu_product(wqa[mt], wqa_offset[mt], acc[i][mt][0]),
+                            relu_product(wqb[mt], wqb_offset[mt], acc[i][mt][2]));
+            *reinterpret_cast<float2*>(&sm.ps[(ra + 1) * kPStride + ha]) =
+                make_float2(relu_product(wqa[mt], wqa_offset[mt], acc[i][mt][1]),
+                            relu_product(wqb[mt], wqb_offset[mt], acc[i][mt][3]));
+          }
         }
       }
     }
