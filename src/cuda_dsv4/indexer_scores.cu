@@ -127,6 +127,20 @@ __device__ __forceinline__ bool mxfp4_block_codes(const std::uint32_t* wd, int s
   return (any_index & 0x77777777u) == 0;
 }
 
+// Stores a warp's terms of one group of 8 key rows into ps (the layout of kPStride): term(mt, j) is the term of
+// accumulator element j of m-tile mt, i.e. head head0 + 16 mt + 2 g (j = 0, 1; A row g) or + 1 (j = 2, 3; A row
+// g + 8) against key row 8 group + 2 tig (j = 0, 2) or + 1 (j = 1, 3). Both MMA paths (16-bit, int8) store so.
+template <typename Term>
+__device__ __forceinline__ void store_group_terms(float* ps, unsigned head0, unsigned group, unsigned lane, Term term) {
+  const unsigned ra = group * 8 + (lane % 4) * 2;  // even: the float2 accesses are aligned
+#pragma unroll
+  for (unsigned mt = 0; mt < 2; ++mt) {
+    const unsigned ha = head0 + 16 * mt + 2 * (lane / 4);
+    *reinterpret_cast<float2*>(&ps[ra * kPStride + ha]) = make_float2(term(mt, 0), term(mt, 2));
+    *reinterpret_cast<float2*>(&ps[(ra + 1) * kPStride + ha]) = make_float2(term(mt, 1), term(mt, 3));
+  }
+}
+
 // Tensor-core terms of one warp's quarter of a tile of 16-bit rows (row16_chunk layout) into ps: 32 heads
 // (head0 + 16 mt + 2 g, + 1: A rows g, g + 8 of the fragments a[mt]) x 32 rows (groups group0 .. group0 + 3 of
 // 8 rows), so that each warp reads half the tile's rows: a warp of 16 heads x 64 rows read every row four times
@@ -139,7 +153,6 @@ template <typename Format>
 __device__ __forceinline__ void mma_terms_16bit(float* ps, const std::uint8_t* rows, const std::uint32_t (&a)[2][8][4],
                                                 const float (&wqa)[2], const float (&wqb)[2], unsigned head0,
                                                 unsigned group0, unsigned lane) {
-  const unsigned g = lane / 4, tig = lane % 4;
   constexpr unsigned kGroupsAtOnce = kScoreGroupsAtOnce;
   // Lane l addresses row l % 8 of matrix l / 8, whose 16-byte chunk 4 c + l / 8 lies at (4 c + l / 8) ^ (l % 8):
   // 8 (c / 2) + (x, or x ^ 4 for odd c), x = (l / 8) ^ (l % 8).
@@ -180,15 +193,9 @@ __device__ __forceinline__ void mma_terms_16bit(float* ps, const std::uint8_t* r
     }
 #pragma unroll
     for (unsigned i = 0; i < kGroupsAtOnce; ++i) {
-      const unsigned ra = (group0 + ng0 + i) * 8 + tig * 2;  // even: the float2 accesses are aligned
-#pragma unroll
-      for (unsigned mt = 0; mt < 2; ++mt) {
-        const unsigned ha = head0 + 16 * mt + 2 * g;  // and ha + 1 (A row g + 8)
-        *reinterpret_cast<float2*>(&ps[ra * kPStride + ha]) = make_float2(
-            __fmul_rn(wqa[mt], fmaxf(acc[i][mt][0], 0.0f)), __fmul_rn(wqb[mt], fmaxf(acc[i][mt][2], 0.0f)));
-        *reinterpret_cast<float2*>(&ps[(ra + 1) * kPStride + ha]) = make_float2(
-            __fmul_rn(wqa[mt], fmaxf(acc[i][mt][1], 0.0f)), __fmul_rn(wqb[mt], fmaxf(acc[i][mt][3], 0.0f)));
-      }
+      store_group_terms(ps, head0, group0 + ng0 + i, lane, [&](unsigned mt, unsigned j) {
+        return __fmul_rn(j < 2 ? wqa[mt] : wqb[mt], fmaxf(acc[i][mt][j], 0.0f));
+      });
     }
   }
 }
@@ -478,17 +485,10 @@ __global__ void __launch_bounds__(kScoreThreads, 4) score_kernel(ScoreParams p) 
         for (unsigned i = 0; i < kGroupsAtOnce; ++i) mma_step(3, i, k23[i].z, k23[i].w);
 #pragma unroll
         for (unsigned i = 0; i < kGroupsAtOnce; ++i) {
-          const unsigned ra = (group0 + ng0 + i) * 8 + tig * 2;  // even: the float2 accesses are aligned
-#pragma unroll
-          for (unsigned mt = 0; mt < 2; ++mt) {
-            const unsigned ha = head0 + 16 * mt + 2 * g;  // and ha + 1 (A row g + 8)
-            *reinterpret_cast<float2*>(&sm.ps[ra * kPStride + ha]) =
-                make_float2(relu_product(wqa[mt], wqa_offset[mt], acc[i][mt][0]),
-                            relu_product(wqb[mt], wqb_offset[mt], acc[i][mt][2]));
-            *reinterpret_cast<float2*>(&sm.ps[(ra + 1) * kPStride + ha]) =
-                make_float2(relu_product(wqa[mt], wqa_offset[mt], acc[i][mt][1]),
-                            relu_product(wqb[mt], wqb_offset[mt], acc[i][mt][3]));
-          }
+          store_group_terms(sm.ps, head0, group0 + ng0 + i, lane, [&](unsigned mt, unsigned j) {
+            return j < 2 ? relu_product(wqa[mt], wqa_offset[mt], acc[i][mt][j])
+                         : relu_product(wqb[mt], wqb_offset[mt], acc[i][mt][j]);
+          });
         }
       }
     }
