@@ -14,6 +14,7 @@ namespace kvcompact::cuda::tq::detail {
 
 inline constexpr unsigned kDecodeThreads = 128;  // window and merge kernels (the fused kernel: decode_tile_tokens)
 inline constexpr unsigned kDecodeGroup = 8;     // query heads per block (the MMA's N)
+inline constexpr unsigned kDecodePackedGroup = 4;  // groups up to this size: hi and lo halves share the N columns
 inline constexpr unsigned kMaxWindow = 8192;    // window scores live in shared memory
 
 struct DecodeParams {
@@ -40,8 +41,10 @@ std::uint32_t decode_smem_bytes(std::uint32_t head_dim, std::uint32_t key_code_b
 std::uint32_t decode_tile_tokens(std::uint32_t head_dim, std::uint32_t key_code_bits, std::uint32_t value_bits);
 // Raises the kernel's dynamic shared-memory limit (host side, once per plan).
 cudaError_t prepare_decode(std::uint32_t head_dim, std::uint32_t key_code_bits, std::uint32_t value_bits, bool qjl);
-// Resident blocks of the fused kernel per multiprocessor (occupancy calculator; 0 when there is no kernel).
-int decode_blocks_per_sm(std::uint32_t head_dim, std::uint32_t key_code_bits, std::uint32_t value_bits, bool qjl);
+// Resident blocks of the fused kernel per multiprocessor for a GQA group size (occupancy calculator; 0 when there
+// is no kernel).
+int decode_blocks_per_sm(std::uint32_t head_dim, std::uint32_t key_code_bits, std::uint32_t value_bits, bool qjl,
+                         std::uint32_t group);
 // The fused split kernel, the exact-window kernel and the merge kernel, in that order on `stream`.
 cudaError_t launch_decode(const DecodeParams& p, cudaStream_t stream);
 

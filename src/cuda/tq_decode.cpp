@@ -42,7 +42,8 @@ Result<DecodePlan> plan_decode(const LayerLayout& layout, const kvcompact::tq::Q
   const std::uint64_t base = std::max<std::uint64_t>(1, std::uint64_t{layout.sequences} * layout.kv_heads * head_groups);
   // The split over the sequence from the resident-block count (decode_split.hpp: whole-wave cost model).
   KVC_CUDA_TRY(detail::prepare_decode(layout.head_dim, config.key_code_bits(), config.value_bits, config.has_qjl()));
-  const int per_sm = std::max(1, detail::decode_blocks_per_sm(layout.head_dim, config.key_code_bits(), config.value_bits, config.has_qjl()));
+  const int per_sm = std::max(1, detail::decode_blocks_per_sm(layout.head_dim, config.key_code_bits(), config.value_bits,
+                                                              config.has_qjl(), q_heads / layout.kv_heads));
   const std::uint64_t slots = static_cast<std::uint64_t>(per_sm) * static_cast<std::uint64_t>(multiprocessors);
   const std::uint32_t tile = detail::decode_tile_tokens(layout.head_dim, config.key_code_bits(), config.value_bits);
   const detail::DecodeSplit split = detail::choose_decode_split(max_length, base, slots, tile);

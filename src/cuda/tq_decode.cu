@@ -56,6 +56,21 @@ __device__ inline void mma16816(float (&d)[4], std::uint32_t a0, std::uint32_t a
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
+// 2^x on the MUFU unit without the IEEE wrapper of exp2f (whose range checks and subnormal scaling cost ≈ 5
+// instructions per call): ≤ 2 ulp, results below 2^-126 flushed to +0 (a softmax weight that small is below
+// every tolerance), ex2(−∞) = +0.
+__device__ __forceinline__ float exp2_fast(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+// 1/x to ≈ 1 ulp (subnormal results kept): the running value scale's reciprocal.
+__device__ __forceinline__ float rcp_fast(float x) {
+  float y;
+  asm("rcp.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 __device__ inline std::uint32_t transpose8x8(std::uint32_t x) {
   std::uint32_t y;
   asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(y) : "r"(x));
@@ -224,7 +239,12 @@ constexpr int decode_min_blocks() {
   return fit >= cap ? static_cast<int>(cap) : (fit < 1 ? 1 : static_cast<int>(fit));
 }
 
-template <int D, int CB, int VB>
+// PACK (GQA groups of at most 4 query heads, e.g. Llama-3): the MMA's N = 8 columns carry the fp16 hi parts of
+// the ≤ 4 heads in columns 0–3 and their lo parts in columns 4–7 (for S the query's, for P'·V the weights'), so
+// S and P'·V take one MMA per fragment instead of two; lane c ^ 2 then holds the other half of lane c's heads
+// and one shuffle adds them. Otherwise (5–8 heads per block) all 8 columns are heads and hi and lo are separate
+// MMAs.
+template <int D, int CB, int VB, bool PACK>
 __global__ void __launch_bounds__(Shape<D, CB, VB>::threads, (decode_min_blocks<D, CB, VB>()))
     decode_kernel(DecodeParams p) {
   using S = Shape<D, CB, VB>;
@@ -362,11 +382,14 @@ __global__ void __launch_bounds__(Shape<D, CB, VB>::threads, (decode_min_blocks<
     __syncthreads();
     for (unsigned i = tid; i < (D / 16) * 32; i += kBlockSize) {
       const unsigned kk = i / 32, l = i % 32, hg8 = l >> 2, cc = l & 3u;
+      // Column hg8 of the B fragment: head hg8, or with PACK the hi (hg8 < 4) or lo part of head hg8 mod 4.
+      const unsigned head = PACK ? (hg8 & 3u) : hg8;
+      const bool lo_column = PACK && hg8 >= 4;
       for (unsigned which = 0; which < (qjl ? 2u : 1u); ++which) {
         // Lane (g, c) of k-step kk holds coordinates c·D/4 + 4kk .. +3 (the keys' A fragments use the same
         // order: any permutation of the reduction index works when both operands share it), so the codes a
         // lane needs from one token row over all k-steps are one contiguous slice.
-        const float* row = (which == 0 ? qrot : qjlb) + hg8 * D + cc * (D / 4);
+        const float* row = (which == 0 ? qrot : qjlb) + head * D + cc * (D / 4);
         // The code part follows key_coord; the QJL part keeps 4kk + e (its signs come from a 16-entry table).
         const unsigned e0 = which == 0 ? key_coord<CB>(kk, 0) : 4 * kk, e1 = which == 0 ? key_coord<CB>(kk, 1) : 4 * kk + 1;
         const unsigned e2 = which == 0 ? key_coord<CB>(kk, 2) : 4 * kk + 2, e3 = which == 0 ? key_coord<CB>(kk, 3) : 4 * kk + 3;
@@ -378,7 +401,12 @@ __global__ void __launch_bounds__(Shape<D, CB, VB>::threads, (decode_min_blocks<
         v.y = *reinterpret_cast<const std::uint32_t*>(&h89);
         v.z = pack_half2(x0 - f01.x, x1 - f01.y);
         v.w = pack_half2(x8 - f89.x, x9 - f89.y);
-        qfrag[which * S::qfrag_entries + i] = v;
+        if constexpr (PACK) {  // one half per column: 8-byte entries (one LDS.64 per k-step)
+          reinterpret_cast<uint2*>(qfrag)[which * S::qfrag_entries + i] = lo_column ? make_uint2(v.z, v.w)
+                                                                                     : make_uint2(v.x, v.y);
+        } else {
+          qfrag[which * S::qfrag_entries + i] = v;
+        }
       }
     }
     __syncthreads();
@@ -421,15 +449,28 @@ __global__ void __launch_bounds__(Shape<D, CB, VB>::threads, (decode_min_blocks<
   };
 
   float m_run[2] = {-INFINITY, -INFINITY};
-  float vscale = 0.0f;
+  float vscale = 0.0f, inv = 0.0f;  // the running value scale (below) and its reciprocal
   float l_run[2] = {0.0f, 0.0f};
   float acc[D / 16][4];
 #pragma unroll
   for (int jb = 0; jb < D / 16; ++jb) acc[jb][0] = acc[jb][1] = acc[jb][2] = acc[jb][3] = 0.0f;
-  // Per-lane score scales of heads 2c, 2c + 1: the code part's (with the softmax scale · log2 e folded in) and
-  // the QJL part's relative to it (both query scales are positive).
-  const float qsr0 = qscale[4 * c] * p.scale_log2, qsr1 = qscale[4 * c + 2] * p.scale_log2;
-  const float qjr0 = qscale[4 * c + 1] / qscale[4 * c], qjr1 = qscale[4 * c + 3] / qscale[4 * c + 2];
+  // Per-lane score scales of the lane's heads hb, hb + 1 (hb = 2c; with PACK 2(c mod 2)): the code part's (with
+  // the softmax scale · log2 e folded in) and the QJL part's relative to it (both query scales are positive).
+  const unsigned hb = PACK ? 2u * (c & 1u) : 2u * c;
+  const float qsr0 = qscale[2 * hb] * p.scale_log2, qsr1 = qscale[2 * hb + 2] * p.scale_log2;
+  const float qjr0 = qscale[2 * hb + 1] / qscale[2 * hb], qjr1 = qscale[2 * hb + 3] / qscale[2 * hb + 2];
+  // The fp16 half of the weights P' that this lane's B columns carry (PACK: lanes c ≥ 2 the lo parts).
+  const bool lo_lane = PACK && c >= 2u;
+  // A k-step's query B fragment of this lane (which = 0: the code part, 1: the QJL part): hi in x, y and lo in
+  // z, w; with PACK one uint2 per lane (hi or lo, by column) in x, y.
+  auto query_fragment = [&](unsigned which, int kk) -> uint4 {
+    if constexpr (PACK) {
+      const uint2 q = reinterpret_cast<const uint2*>(qfrag)[which * S::qfrag_entries + kk * 32 + lane];
+      return make_uint4(q.x, q.y, 0u, 0u);
+    } else {
+      return qfrag[which * S::qfrag_entries + kk * 32 + lane];
+    }
+  };
 
   for (unsigned s = 0; s + 1 < kStages; ++s) issue(s);
   for (std::uint32_t tile = 0; tile < tiles; ++tile) {
@@ -469,7 +510,7 @@ __global__ void __launch_bounds__(Shape<D, CB, VB>::threads, (decode_min_blocks<
     }
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
-      const uint4 qb = qfrag[kk * 32 + lane];
+      const uint4 qb = query_fragment(0, kk);
 #pragma unroll
       for (int mt = 0; mt < kMt; ++mt) {
         std::uint32_t a0, a1, a2, a3;
@@ -509,7 +550,7 @@ __global__ void __launch_bounds__(Shape<D, CB, VB>::threads, (decode_min_blocks<
           a3 = pair(kq1[mt], 1);
         }
         mma16816(ch[mt], a0, a1, a2, a3, qb.x, qb.y);
-        mma16816(cl[mt], a0, a1, a2, a3, qb.z, qb.w);
+        if constexpr (!PACK) mma16816(cl[mt], a0, a1, a2, a3, qb.z, qb.w);
       }
     }
     // ks = the code part in units of the query scale; the QJL part (ρ · its own query scale) is folded in.
@@ -517,7 +558,7 @@ __global__ void __launch_bounds__(Shape<D, CB, VB>::threads, (decode_min_blocks<
 #pragma unroll
     for (int mt = 0; mt < kMt; ++mt) {
 #pragma unroll
-      for (int i = 0; i < 4; ++i) ks[mt][i] = ch[mt][i] + cl[mt][i];
+      for (int i = 0; i < 4; ++i) ks[mt][i] = ch[mt][i] + (PACK ? __shfl_xor_sync(0xffffffffu, ch[mt][i], 2) : cl[mt][i]);
     }
     if (qjl) {
       float sh[kMt][4], sl[kMt][4];
@@ -534,13 +575,20 @@ __global__ void __launch_bounds__(Shape<D, CB, VB>::threads, (decode_min_blocks<
       }
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk) {
-        const uint4 qb = qfrag[S::qfrag_entries + kk * 32 + lane];
+        const uint4 qb = query_fragment(1, kk);
 #pragma unroll
         for (int mt = 0; mt < kMt; ++mt) {
           const uint2 x0 = lds_at<uint2>(lut_s, field_offset<4, 3>(sg0[mt], 4 * kk, 0u));
           const uint2 x1 = lds_at<uint2>(lut_s, field_offset<4, 3>(sg1[mt], 4 * kk, 0u));
           mma16816(sh[mt], x0.x, x1.x, x0.y, x1.y, qb.x, qb.y);
-          mma16816(sl[mt], x0.x, x1.x, x0.y, x1.y, qb.z, qb.w);
+          if constexpr (!PACK) mma16816(sl[mt], x0.x, x1.x, x0.y, x1.y, qb.z, qb.w);
+        }
+      }
+      if constexpr (PACK) {  // the other half of the lane's heads is in lane c ^ 2
+#pragma unroll
+        for (int mt = 0; mt < kMt; ++mt) {
+#pragma unroll
+          for (int i = 0; i < 4; ++i) sl[mt][i] = __shfl_xor_sync(0xffffffffu, sh[mt][i], 2);
         }
       }
       const __half* rho = reinterpret_cast<const __half*>(sb + kOffKr + sh_kr);
@@ -577,17 +625,19 @@ __global__ void __launch_bounds__(Shape<D, CB, VB>::threads, (decode_min_blocks<
       mt1 = fmaxf(mt1, __shfl_xor_sync(0xffffffffu, mt1, o));
     }
     const float mn0 = fmaxf(m_run[0], mt0), mn1 = fmaxf(m_run[1], mt1);
-    const float al0 = mn0 == -INFINITY ? 1.0f : exp2f(m_run[0] - mn0);
-    const float al1 = mn1 == -INFINITY ? 1.0f : exp2f(m_run[1] - mn1);
+    // The warp's first row is valid, so the maxima are finite; the guard only keeps −∞ − (−∞) out of ex2 if a
+    // score were −∞. Masked scores (−∞) and the first tile's m_run (−∞) give ex2(−∞) = 0.
+    const float ms0 = mn0 == -INFINITY ? 0.0f : mn0, ms1 = mn1 == -INFINITY ? 0.0f : mn1;
+    const float al0 = exp2_fast(m_run[0] - ms0), al1 = exp2_fast(m_run[1] - ms1);
     float pe[kMt][4];
     l_run[0] *= al0;
     l_run[1] *= al1;
 #pragma unroll
     for (int mt = 0; mt < kMt; ++mt) {
-      pe[mt][0] = sc[mt][0] == -INFINITY ? 0.0f : exp2f(sc[mt][0] - mn0);
-      pe[mt][1] = sc[mt][1] == -INFINITY ? 0.0f : exp2f(sc[mt][1] - mn1);
-      pe[mt][2] = sc[mt][2] == -INFINITY ? 0.0f : exp2f(sc[mt][2] - mn0);
-      pe[mt][3] = sc[mt][3] == -INFINITY ? 0.0f : exp2f(sc[mt][3] - mn1);
+      pe[mt][0] = exp2_fast(sc[mt][0] - ms0);
+      pe[mt][1] = exp2_fast(sc[mt][1] - ms1);
+      pe[mt][2] = exp2_fast(sc[mt][2] - ms0);
+      pe[mt][3] = exp2_fast(sc[mt][3] - ms1);
       l_run[0] += pe[mt][0] + pe[mt][2];
       l_run[1] += pe[mt][1] + pe[mt][3];
     }
@@ -609,8 +659,13 @@ __global__ void __launch_bounds__(Shape<D, CB, VB>::threads, (decode_min_blocks<
 #pragma unroll
     for (int o = 4; o < 32; o <<= 1) nvmax = fmaxf(nvmax, __shfl_xor_sync(0xffffffffu, nvmax, o));
     const float new_scale = (nvmax > vscale || nvmax * 4.0f < vscale) && nvmax > 0.0f ? nvmax : vscale;
-    const float ratio = vscale > 0.0f ? vscale / new_scale : 1.0f;
-    vscale = new_scale;
+    float ratio = 1.0f;
+    if (new_scale != vscale) {  // warp-uniform (nvmax is reduced over the warp's tokens); rare once it settles
+      const float inv_new = rcp_fast(new_scale);
+      ratio = vscale > 0.0f ? vscale * inv_new : 1.0f;
+      vscale = new_scale;
+      inv = inv_new;
+    }
     const float f0 = al0 * ratio, f1 = al1 * ratio;
     if (!__all_sync(0xffffffffu, f0 == 1.0f && f1 == 1.0f)) {
 #pragma unroll
@@ -621,7 +676,6 @@ __global__ void __launch_bounds__(Shape<D, CB, VB>::threads, (decode_min_blocks<
         acc[jb][3] *= f1;
       }
     }
-    const float inv = vscale > 0.0f ? 1.0f / vscale : 0.0f;
 
     // O[coord, head] += Vᵀ[16 coords × 16 tokens] · P'[16 tokens × 8 heads] per m-tile, in rotated space.
     // Row g of the A fragment of output block jb is coordinate g·D/8 + 2jb and row g + 8 is g·D/8 + 2jb + 1, so
@@ -629,15 +683,17 @@ __global__ void __launch_bounds__(Shape<D, CB, VB>::threads, (decode_min_blocks<
     // lane needs from one token row over all jb are one contiguous slice (read once per m-tile).
 #pragma unroll
     for (int mt = 0; mt < kMt; ++mt) {
-      // P' = hi + lo in fp16 (two MMAs against the same V fragment): P' keeps ≈ 22 bits.
+      // P' = hi + lo in fp16 (two MMAs against the same V fragment, or with PACK the lo parts in columns 4–7 of
+      // the one MMA): P' keeps ≈ 22 bits.
       const float x0 = pe[mt][0] * nv0[mt] * inv, x1 = pe[mt][1] * nv0[mt] * inv;
       const float x2 = pe[mt][2] * nv1[mt] * inv, x3 = pe[mt][3] * nv1[mt] * inv;
       const __half2 h01 = __floats2half2_rn(x0, x1), h23 = __floats2half2_rn(x2, x3);
       const float2 g01 = __half22float2(h01), g23 = __half22float2(h23);
-      const std::uint32_t b0 = transpose8x8(*reinterpret_cast<const std::uint32_t*>(&h01));
-      const std::uint32_t b1 = transpose8x8(*reinterpret_cast<const std::uint32_t*>(&h23));
-      const std::uint32_t c0 = transpose8x8(pack_half2(x0 - g01.x, x1 - g01.y));
-      const std::uint32_t c1 = transpose8x8(pack_half2(x2 - g23.x, x3 - g23.y));
+      const std::uint32_t hi01 = *reinterpret_cast<const std::uint32_t*>(&h01);
+      const std::uint32_t hi23 = *reinterpret_cast<const std::uint32_t*>(&h23);
+      const std::uint32_t lo01 = pack_half2(x0 - g01.x, x1 - g01.y), lo23 = pack_half2(x2 - g23.x, x3 - g23.y);
+      const std::uint32_t b0 = transpose8x8(lo_lane ? lo01 : hi01), b1 = transpose8x8(lo_lane ? lo23 : hi23);
+      const std::uint32_t c0 = PACK ? 0u : transpose8x8(lo01), c1 = PACK ? 0u : transpose8x8(lo23);
       const std::uint8_t* vcb = sb + kOffVc + sh_vc + (warp * kWarpTokens + 16 * mt) * S::vc_bpt;
       const Slice<S::slice_v> va = load_slice<S::slice_v>(vcb + (2 * c) * S::vc_bpt, g * S::slice_v);
       const Slice<S::slice_v> vb = load_slice<S::slice_v>(vcb + (2 * c + 1) * S::vc_bpt, g * S::slice_v);
@@ -664,7 +720,7 @@ __global__ void __launch_bounds__(Shape<D, CB, VB>::threads, (decode_min_blocks<
         const std::uint32_t a0 = __byte_perm(la, lb, 0x5410), a1 = __byte_perm(la, lb, 0x7632);
         const std::uint32_t a2 = __byte_perm(lc, ld, 0x5410), a3 = __byte_perm(lc, ld, 0x7632);
         mma16816(acc[jb], a0, a1, a2, a3, b0, b1);
-        mma16816(acc[jb], a0, a1, a2, a3, c0, c1);
+        if constexpr (!PACK) mma16816(acc[jb], a0, a1, a2, a3, c0, c1);
       }
     }
   }
@@ -680,7 +736,16 @@ __global__ void __launch_bounds__(Shape<D, CB, VB>::threads, (decode_min_blocks<
     l_run[0] += __shfl_xor_sync(0xffffffffu, l_run[0], o);
     l_run[1] += __shfl_xor_sync(0xffffffffu, l_run[1], o);
   }
-  if (g == 0) {
+  // With PACK, lanes c ^ 2 hold the lo columns of the same heads: add them; lanes c < 2 write the heads.
+  if constexpr (PACK) {
+#pragma unroll
+    for (int jb = 0; jb < D / 16; ++jb) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[jb][i] += __shfl_xor_sync(0xffffffffu, acc[jb][i], 2);
+    }
+  }
+  const bool writer = !PACK || c < 2u;
+  if (g == 0 && writer) {
     mm[warp * kGroup + 2 * c] = m_run[0];
     mm[warp * kGroup + 2 * c + 1] = m_run[1];
     ml[warp * kGroup + 2 * c] = l_run[0];
@@ -690,6 +755,7 @@ __global__ void __launch_bounds__(Shape<D, CB, VB>::threads, (decode_min_blocks<
   vscale /= t.value_lut_scale;
 #pragma unroll
   for (int jb = 0; jb < D / 16; ++jb) {
+    if (!writer) break;
     // The value A fragment's row order (P·V above): rows g and g + 8 of block jb.
     const unsigned j0 = g * (D / 8) + value_first<D, VB>(jb), j1 = j0 + value_second_offset<VB>();
     mw[(2 * c) * D + j0] = acc[jb][0] * vscale;
@@ -837,11 +903,12 @@ struct KernelPick {
 };
 
 template <int D>
-KernelPick pick_by_bits(std::uint32_t cb, std::uint32_t vb, bool qjl) {
-#define KVC_DECODE_CASE(CBV, VBV)                                                                     \
-  if (cb == CBV && vb == VBV) {                                                                       \
-    using S = Shape<D, CBV, VBV>;                                                                     \
-    return KernelPick{decode_kernel<D, CBV, VBV>, S::total(qjl), S::threads, S::tile};                \
+KernelPick pick_by_bits(std::uint32_t cb, std::uint32_t vb, bool qjl, bool pack) {
+#define KVC_DECODE_CASE(CBV, VBV)                                                                                  \
+  if (cb == CBV && vb == VBV) {                                                                                    \
+    using S = Shape<D, CBV, VBV>;                                                                                  \
+    return KernelPick{pack ? decode_kernel<D, CBV, VBV, true> : decode_kernel<D, CBV, VBV, false>, S::total(qjl), \
+                      S::threads, S::tile};                                                                        \
   }
   KVC_DECODE_CASE(1, 2) KVC_DECODE_CASE(1, 3) KVC_DECODE_CASE(1, 4)
   KVC_DECODE_CASE(2, 2) KVC_DECODE_CASE(2, 3) KVC_DECODE_CASE(2, 4)
@@ -852,11 +919,11 @@ KernelPick pick_by_bits(std::uint32_t cb, std::uint32_t vb, bool qjl) {
   return KernelPick{};
 }
 
-KernelPick pick_kernel(std::uint32_t d, std::uint32_t cb, std::uint32_t vb, bool qjl) {
+KernelPick pick_kernel(std::uint32_t d, std::uint32_t cb, std::uint32_t vb, bool qjl, bool pack = false) {
   switch (d) {
-    case 64: return pick_by_bits<64>(cb, vb, qjl);
-    case 128: return pick_by_bits<128>(cb, vb, qjl);
-    case 256: return pick_by_bits<256>(cb, vb, qjl);
+    case 64: return pick_by_bits<64>(cb, vb, qjl, pack);
+    case 128: return pick_by_bits<128>(cb, vb, qjl, pack);
+    case 256: return pick_by_bits<256>(cb, vb, qjl, pack);
     default: return KernelPick{};
   }
 }
@@ -874,13 +941,19 @@ std::uint32_t decode_tile_tokens(std::uint32_t head_dim, std::uint32_t key_code_
 }
 
 cudaError_t prepare_decode(std::uint32_t head_dim, std::uint32_t key_code_bits, std::uint32_t value_bits, bool qjl) {
-  const KernelPick k = pick_kernel(head_dim, key_code_bits, value_bits, qjl);
-  if (k.fn == nullptr) return cudaErrorInvalidValue;
-  return cudaFuncSetAttribute(k.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(k.smem));
+  for (const bool pack : {false, true}) {
+    const KernelPick k = pick_kernel(head_dim, key_code_bits, value_bits, qjl, pack);
+    if (k.fn == nullptr) return cudaErrorInvalidValue;
+    const cudaError_t err =
+        cudaFuncSetAttribute(k.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(k.smem));
+    if (err != cudaSuccess) return err;
+  }
+  return cudaSuccess;
 }
 
-int decode_blocks_per_sm(std::uint32_t head_dim, std::uint32_t key_code_bits, std::uint32_t value_bits, bool qjl) {
-  const KernelPick k = pick_kernel(head_dim, key_code_bits, value_bits, qjl);
+int decode_blocks_per_sm(std::uint32_t head_dim, std::uint32_t key_code_bits, std::uint32_t value_bits, bool qjl,
+                         std::uint32_t group) {
+  const KernelPick k = pick_kernel(head_dim, key_code_bits, value_bits, qjl, group <= kDecodePackedGroup);
   int blocks = 0;
   if (k.fn == nullptr ||
       cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, k.fn, static_cast<int>(k.threads), k.smem) != cudaSuccess) {
@@ -891,7 +964,8 @@ int decode_blocks_per_sm(std::uint32_t head_dim, std::uint32_t key_code_bits, st
 }
 
 cudaError_t launch_decode(const DecodeParams& p, cudaStream_t stream) {
-  const KernelPick k = pick_kernel(p.head_dim, p.tables_key_code_bits, p.tables_value_bits, p.tables_has_qjl != 0);
+  const KernelPick k = pick_kernel(p.head_dim, p.tables_key_code_bits, p.tables_value_bits, p.tables_has_qjl != 0,
+                                   p.group <= kDecodePackedGroup);
   if (k.fn == nullptr) return cudaErrorInvalidValue;
   const dim3 grid(p.splits, p.kv_heads * p.head_groups, p.seqs);
   k.fn<<<grid, k.threads, k.smem, stream>>>(p);

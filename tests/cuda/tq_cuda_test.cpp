@@ -331,6 +331,9 @@ TEST(CudaDecode, MatchesTheFloat64OracleAcrossModesAndShapes) {
       {"k=mse2,v=mse4", 64, 8, false, 0, kAwkward},
       {"k=prod3,v=mse2", 128, 4, true, 64, {0, 5000, 4099, 2, 1777}},
       {"k=mse4,v=mse3,nc", 128, 4, false, 0, {3000, 64, 65, 0}},
+      // Groups of 2 and 3 heads: the packed kernel (hi / lo halves in the MMA's N columns) with empty columns.
+      {"k=mse4,v=mse3,nc", 128, 3, true, 0, kAwkward},
+      {"k=prod3,v=mse2", 128, 2, false, 16, kAwkward},
   };
   for (const DecodeCase& c : cases) check_decode(c, fresh_seed());
 }
