@@ -19,16 +19,5 @@ timeout "${PROFILE_TIMEOUT:-120}" ncu --clock-control none -k "regex:prefill_wgm
   --section SourceCounters --import-source no -o "$OUT/prefill" \
   build-gpu/src/cuda/bench/kvcompact_cuda_tq_prefill_bench --only recommended "${1:-32768}" > "$OUT/ncu_prefill.txt" 2>&1
 echo "ncu exit code: $?"
-ncu --import "$OUT/prefill.ncu-rep" --print-summary none 2>/dev/null | grep -E \
-  "Duration|Executed Ipc Active|Issue Slots Busy|Issued Warp Per Scheduler|No Eligible|Active Warps Per Scheduler|Eligible Warps|Warp Cycles Per Issued|Registers Per|Achieved Occupancy|Compute \(SM\) Throughput|Memory Throughput|L1/TEX Hit|Shared|Tensor|Pipe" \
-  | sed -E 's/ +/ /g' | head -40
-# pipes (% of peak while active), then stall reasons (cycles per issued instruction), the largest first
-ncu --import "$OUT/prefill.ncu-rep" --page raw 2>/dev/null \
-  | grep -E "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active|sm__inst_executed_pipe_[a-z_]+.avg.pct_of_peak_sustained_active" \
-  | sed -E 's/ +/ /g' | sort -k3 -g -r | head -12
-ncu --import "$OUT/prefill.ncu-rep" --page raw 2>/dev/null \
-  | grep -E "smsp__average_warps_issue_stalled_[a-z_]+_per_issue_active.ratio" | sed -E 's/ +/ /g' | sort -k3 -g -r \
-  | head -12
-# the instructions the warps stall at (which barrier or wait the producer and the consumers sit in)
-ncu --import "$OUT/prefill.ncu-rep" --page source --csv --print-source sass 2>/dev/null > "$OUT/prefill_sass.csv"
-python3 scripts/gpu/ncu_hot_sass.py 45 < "$OUT/prefill_sass.csv"
+source scripts/gpu/ncu_summary.sh
+ncu_summary "$OUT/prefill.ncu-rep" 45
