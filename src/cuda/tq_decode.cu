@@ -95,11 +95,24 @@ template <unsigned NB>
 struct Slice {
   std::uint32_t w[(NB + 3) / 4];
 };
-template <unsigned NB>
+// A16: the caller guarantees 16-byte aligned slices (rows and slice offsets multiples of 16 bytes from a
+// 16-byte aligned region), so NB % 16 == 0 slices use 128-bit loads: a quarter-warp's eight lanes then read 128
+// contiguous bytes, one shared-memory wavefront, where two 64-bit loads of rows 64 bytes apart conflict 2-way.
+template <unsigned NB, bool A16 = false>
 __device__ __forceinline__ Slice<NB> load_slice(const std::uint8_t* row, std::uint32_t off) {
   constexpr unsigned nw = (NB + 3) / 4;
   Slice<NB> b;
-  if constexpr (NB % 8 == 0) {
+  if constexpr (A16 && NB % 16 == 0) {
+    const uint4* s = reinterpret_cast<const uint4*>(row + off);
+#pragma unroll
+    for (unsigned i = 0; i < nw / 4; ++i) {
+      const uint4 x = s[i];
+      b.w[4 * i] = x.x;
+      b.w[4 * i + 1] = x.y;
+      b.w[4 * i + 2] = x.z;
+      b.w[4 * i + 3] = x.w;
+    }
+  } else if constexpr (NB % 8 == 0) {
     const uint2* s = reinterpret_cast<const uint2*>(row + off);
 #pragma unroll
     for (unsigned i = 0; i < nw / 2; ++i) {
@@ -208,6 +221,9 @@ struct Shape {
   // Per-lane slices of a token row: key codes and signs of coordinates [c·D/4, (c+1)·D/4) (lane c = lane % 4),
   // value codes of coordinates [g·D/8, (g+1)·D/8) (g = lane / 4).
   static constexpr unsigned slice_k = D * CB / 32, slice_s = D / 32, slice_v = D * VB / 64;
+  // Key rows that are multiples of 16 bytes are 16-byte aligned in the stage: regions start at multiples of 256
+  // bytes of a 16-byte aligned layer (decode_attention checks it), so the copy's shift sh_kc is 0.
+  static constexpr bool key_rows_a16 = kc_bpt % 16 == 0 && slice_k % 16 == 0;
 };
 
 // The 16-byte chunks covering `tokens` packed records of one region from token p0: the bulk copy needs
@@ -249,6 +265,9 @@ __global__ void __launch_bounds__(Shape<D, CB, VB>::threads, (decode_min_blocks<
     decode_kernel(DecodeParams p) {
   using S = Shape<D, CB, VB>;
   constexpr unsigned kTile = S::tile, kBlockSize = S::threads, kWarps = S::warps;
+  // 128-bit key-slice loads where the rows allow them, in the packed instances only: the others keep the lo
+  // accumulators live and would spill (ptxas: 20–24 bytes at d = 128) with four-register loads.
+  constexpr bool kKeyA16 = S::key_rows_a16 && PACK;
   // Stage layout: key codes, key norms, value codes, value norms, then (QJL only) signs and ρ, so the
   // offsets of the buffers every mode reads are compile-time constants.
   constexpr unsigned kOffKn = S::kc, kOffVc = kOffKn + S::kn, kOffVn = kOffVc + S::vc;
@@ -505,8 +524,8 @@ __global__ void __launch_bounds__(Shape<D, CB, VB>::threads, (decode_min_blocks<
     Slice<S::slice_k> kq0[kMt], kq1[kMt];
 #pragma unroll
     for (int mt = 0; mt < kMt; ++mt) {
-      kq0[mt] = load_slice<S::slice_k>(sb + sh_kc + r0[mt] * S::kc_bpt, c * S::slice_k);
-      kq1[mt] = load_slice<S::slice_k>(sb + sh_kc + r1[mt] * S::kc_bpt, c * S::slice_k);
+      kq0[mt] = load_slice<S::slice_k, kKeyA16>(sb + sh_kc + r0[mt] * S::kc_bpt, c * S::slice_k);
+      kq1[mt] = load_slice<S::slice_k, kKeyA16>(sb + sh_kc + r1[mt] * S::kc_bpt, c * S::slice_k);
     }
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
