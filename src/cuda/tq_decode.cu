@@ -95,6 +95,17 @@ template <unsigned NB>
 struct Slice {
   std::uint32_t w[(NB + 3) / 4];
 };
+// The whole slice as vectors of V (uint4, uint2: 16- or 8-byte aligned), unpacked into its words.
+template <typename V, unsigned NB>
+__device__ __forceinline__ void load_words(const std::uint8_t* p, Slice<NB>& b) {
+  constexpr unsigned per = sizeof(V) / 4;
+  const V* s = reinterpret_cast<const V*>(p);
+#pragma unroll
+  for (unsigned i = 0; i < ((NB + 3) / 4) / per; ++i) {
+    const V x = s[i];
+    memcpy(&b.w[per * i], &x, sizeof(V));
+  }
+}
 // A16: the caller guarantees 16-byte aligned slices (rows and slice offsets multiples of 16 bytes from a
 // 16-byte aligned region), so NB % 16 == 0 slices use 128-bit loads: a quarter-warp's eight lanes then read 128
 // contiguous bytes, one shared-memory wavefront, where two 64-bit loads of rows 64 bytes apart conflict 2-way.
@@ -103,23 +114,9 @@ __device__ __forceinline__ Slice<NB> load_slice(const std::uint8_t* row, std::ui
   constexpr unsigned nw = (NB + 3) / 4;
   Slice<NB> b;
   if constexpr (A16 && NB % 16 == 0) {
-    const uint4* s = reinterpret_cast<const uint4*>(row + off);
-#pragma unroll
-    for (unsigned i = 0; i < nw / 4; ++i) {
-      const uint4 x = s[i];
-      b.w[4 * i] = x.x;
-      b.w[4 * i + 1] = x.y;
-      b.w[4 * i + 2] = x.z;
-      b.w[4 * i + 3] = x.w;
-    }
+    load_words<uint4>(row + off, b);
   } else if constexpr (NB % 8 == 0) {
-    const uint2* s = reinterpret_cast<const uint2*>(row + off);
-#pragma unroll
-    for (unsigned i = 0; i < nw / 2; ++i) {
-      const uint2 x = s[i];
-      b.w[2 * i] = x.x;
-      b.w[2 * i + 1] = x.y;
-    }
+    load_words<uint2>(row + off, b);
   } else if constexpr (NB % 4 == 0) {
     const std::uint32_t* s = reinterpret_cast<const std::uint32_t*>(row + off);
 #pragma unroll
