@@ -89,8 +89,9 @@ __device__ inline void bulk_copy(void* dst, const void* src, std::uint32_t bytes
 
 // The bytes of one token row that one lane needs, read once per tile into registers. Rows are 8-byte aligned
 // (every row size is a multiple of 8 and decode_attention requires a 16-byte aligned layer), so slices whose
-// size is a multiple of 8 (4) bytes use 64-bit (32-bit) loads; other sizes (head_dim 64 only) read the aligned
-// words around the slice and shift it into place (up to 4 bytes past the slice: inside the region's slack).
+// size is a multiple of 8 (4) bytes use 64-bit (32-bit) loads, 16-byte aligned ones 128-bit loads (A16 below);
+// other sizes (head_dim 64 only) read the aligned words around the slice and shift it into place (up to 4 bytes
+// past the slice: inside the region's slack).
 template <unsigned NB>
 struct Slice {
   std::uint32_t w[(NB + 3) / 4];
@@ -628,7 +629,7 @@ __global__ void __launch_bounds__(Shape<D, CB, VB>::threads, (decode_min_blocks<
       sc[mt][3] = v1[mt] ? n1 * qsr1 * ks[mt][3] : -INFINITY;
     }
 
-    // Online softmax per head column (heads 2c, 2c+1 of this lane; rows = tokens across g and m-tiles).
+    // Online softmax per head column (heads hb, hb + 1 of this lane; rows = tokens across g and m-tiles).
     float mt0 = -INFINITY, mt1 = -INFINITY;
 #pragma unroll
     for (int mt = 0; mt < kMt; ++mt) {
