@@ -770,15 +770,16 @@ __global__ void __launch_bounds__(Shape<D, CB, VB>::threads, (decode_min_blocks<
   }
   float* mw = mo + warp * kGroup * D;
   vscale /= t.value_lut_scale;
+  if (writer) {
 #pragma unroll
-  for (int jb = 0; jb < D / 16; ++jb) {
-    if (!writer) break;
-    // The value A fragment's row order (P·V above): rows g and g + 8 of block jb.
-    const unsigned j0 = g * (D / 8) + value_first<D, VB>(jb), j1 = j0 + value_second_offset<VB>();
-    mw[(2 * c) * D + j0] = acc[jb][0] * vscale;
-    mw[(2 * c + 1) * D + j0] = acc[jb][1] * vscale;
-    mw[(2 * c) * D + j1] = acc[jb][2] * vscale;
-    mw[(2 * c + 1) * D + j1] = acc[jb][3] * vscale;
+    for (int jb = 0; jb < D / 16; ++jb) {
+      // The value A fragment's row order (P·V above): rows g and g + 8 of block jb.
+      const unsigned j0 = g * (D / 8) + value_first<D, VB>(jb), j1 = j0 + value_second_offset<VB>();
+      mw[(2 * c) * D + j0] = acc[jb][0] * vscale;
+      mw[(2 * c + 1) * D + j0] = acc[jb][1] * vscale;
+      mw[(2 * c) * D + j1] = acc[jb][2] * vscale;
+      mw[(2 * c + 1) * D + j1] = acc[jb][3] * vscale;
+    }
   }
   __syncthreads();
   for (std::uint32_t i = tid; i < nh * D; i += kBlockSize) {
