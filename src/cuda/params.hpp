@@ -32,6 +32,10 @@ struct DecodeParams {
   std::uint32_t tables_key_code_bits, tables_value_bits;  // select the kernel instance
   std::uint32_t tables_has_qjl;                           // sizes the shared memory (sign and ρ buffers)
   float scale_log2;  // softmax scale · log2(e)
+  // The in-kernel merge (layouts without an exact window): one arrival word per (sequence, KV head, head group)
+  // in the workspace (tq_decode.cu, merge_if_last, says how they work).
+  unsigned long long* arrivals;
+  std::uint32_t merge_in_kernel;
 };
 
 // Shared memory of the fused kernel for (head_dim, key code bits, value bits, QJL); 0 when there is no kernel.
@@ -45,7 +49,8 @@ cudaError_t prepare_decode(std::uint32_t head_dim, std::uint32_t key_code_bits, 
 // is no kernel).
 int decode_blocks_per_sm(std::uint32_t head_dim, std::uint32_t key_code_bits, std::uint32_t value_bits, bool qjl,
                          std::uint32_t group);
-// The fused split kernel, the exact-window kernel and the merge kernel, in that order on `stream`.
+// The fused split kernel (which merges the splits itself when there is no exact window), else it, the exact-window
+// kernel and the merge kernel, in that order on `stream`.
 cudaError_t launch_decode(const DecodeParams& p, cudaStream_t stream);
 
 }  // namespace kvcompact::cuda::tq::detail

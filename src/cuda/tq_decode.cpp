@@ -14,6 +14,13 @@ namespace kvcompact::cuda::tq {
 
 namespace {
 std::uint64_t align256(std::uint64_t x) { return (x + 255u) & ~std::uint64_t{255}; }
+
+// One arrival word per block row of the fused kernel: (sequence, KV head, head group).
+std::uint64_t arrival_words(const DecodePlan& plan) {
+  const std::uint64_t head_groups = (plan.q_heads / plan.layout.kv_heads + detail::kDecodeGroup - 1) / detail::kDecodeGroup;
+  return std::uint64_t{plan.layout.sequences} * plan.layout.kv_heads * head_groups;
+}
+
 }  // namespace
 
 bool decode_supported(std::uint32_t head_dim, const kvcompact::tq::QuantConfig& config) {
@@ -51,7 +58,7 @@ Result<DecodePlan> plan_decode(const LayerLayout& layout, const kvcompact::tq::Q
   plan.chunk = static_cast<std::uint32_t>(chunk);
   plan.splits = static_cast<std::uint32_t>(splits);
   const std::uint64_t parts = std::uint64_t{layout.sequences} * q_heads * (splits + 1);
-  plan.workspace_bytes = align256(parts * layout.head_dim * 4) + align256(parts * 4);
+  plan.workspace_bytes = align256(parts * layout.head_dim * 4) + align256(parts * 4) + align256(arrival_words(plan) * 8);
   return plan;
 }
 
@@ -77,6 +84,9 @@ Status decode_attention(const DecodePlan& plan, const DeviceCodec& codec, const 
   const std::uint64_t parts = std::uint64_t{layout.sequences} * plan.q_heads * (plan.splits + 1);
   p.part_o = static_cast<float*>(workspace);
   p.part_lse = reinterpret_cast<float*>(static_cast<std::uint8_t*>(workspace) + align256(parts * layout.head_dim * 4));
+  p.arrivals = reinterpret_cast<unsigned long long*>(static_cast<std::uint8_t*>(workspace) +
+                                                     align256(parts * layout.head_dim * 4) + align256(parts * 4));
+  p.merge_in_kernel = layout.exact_window == 0 ? 1u : 0u;
   detail::set_region_offsets(p, layout);
   p.head_dim = layout.head_dim;
   p.kv_heads = layout.kv_heads;

@@ -194,10 +194,19 @@ struct Shape {
   // with QJL (prod modes), so mse modes need less shared memory and fit more blocks per multiprocessor.
   __host__ __device__ static constexpr unsigned stage(bool qjl) { return kc + kn + vc + vn + (qjl ? ks + kr : 0u); }
   static constexpr unsigned prologue = 2 * kGroup * D * 4;
-  static constexpr unsigned merge = warps * (kGroup * D + 2 * kGroup) * 4;
+  // The epilogue's per-warp outputs: rows of merge_row floats, a lane group's D/8 slice shifted by its index g
+  // (merge_at in the kernel): 2·(D + 12) ≡ 24 (mod 32) puts lane column c's rows 8 banks apart (24c mod 32) and the
+  // shift makes g·(D/8 + 1) ≡ g (mod 8), so a warp's stores hit 32 (PACK: 16) distinct banks. (D + 20 would do
+  // too, but ptxas then spent 64 more instructions in the seed kernel's main loop.)
+  static constexpr unsigned merge_row = D + 12;
+  static constexpr unsigned merge = warps * (kGroup * merge_row + 2 * kGroup) * 4;
+  // The query scratch of the prologue sits behind stage 0 (which is already being filled), so the area holds
+  // max(all stages, stage 0 + prologue scratch, the epilogue's merge of the warps).
+  __host__ __device__ static constexpr unsigned max3(unsigned a, unsigned b, unsigned c) {
+    return a > b ? (a > c ? a : c) : (b > c ? b : c);
+  }
   __host__ __device__ static constexpr unsigned main_area(bool qjl) {
-    return kStages * stage(qjl) > (prologue > merge ? prologue : merge) ? kStages * stage(qjl)
-                                                                         : (prologue > merge ? prologue : merge);
+    return max3(kStages * stage(qjl), stage(qjl) + prologue, merge);
   }
   // Lookup tables are replicated once per lane (entry e of lane l at word 32e + l, so bank l): any mix of
   // indices across a warp is one shared-memory wavefront. Keys: 2- and 4-bit codes a code byte at a time
@@ -240,6 +249,115 @@ __device__ inline RegionCopy region_copy(const std::uint8_t* region, std::uint32
 }
 __device__ inline std::uint32_t region_shift(const std::uint8_t* region) {
   return static_cast<std::uint32_t>(reinterpret_cast<std::uintptr_t>(region) & 15u);
+}
+
+// The in-kernel merge (layouts without an exact window; with one, window_kernel and merge_kernel run after this
+// kernel). Every block of an item (sequence, KV head, head group) has written its split's partial; the block that
+// completes the item's set merges the partials, applies R⁻¹ and writes the output, which saves the merge kernel's
+// launch and its dependent chain of loads at small batches.
+//
+// Arrival counter: one 64-bit word per item in the workspace, (kArrivalTag, splits arrived so far) in its high and
+// low halves; every completed launch leaves (kArrivalTag, 0) behind. A word whose high half is not the tag (zeroed,
+// poisoned or reused memory) counts as zero arrivals, so the workspace needs no initialisation: a block that finds
+// one replaces it with (tag, 1) or, if another block did that first, counts itself on top (a compare-and-swap loop,
+// only on a workspace's first use). Normally arriving is one atomicAdd. Left to chance: memory whose word already
+// holds the tag with a nonzero count before its first use (2⁻³² for random bits; never zeros or 0xFF bytes).
+// Which block merges does not change a bit: it reads every partial back in split order. Not inlined: one copy
+// serves both exits of the kernel and stays out of the main loop's register allocation.
+// What merge_if_last reads of DecodeParams, by value: a reference to the kernel's parameters would make the caller
+// copy all of them to the stack.
+inline constexpr std::uint32_t kArrivalTag = 0x4B564344u;  // "KVCD"
+
+struct SplitMerge {
+  const float* part_o;
+  const float* part_lse;
+  const float* sinks;
+  float* output;
+  unsigned long long* arrivals;
+  std::uint32_t splits, q_heads;
+};
+
+__device__ __forceinline__ SplitMerge split_merge(const DecodeParams& p) {
+  return SplitMerge{p.part_o, p.part_lse, p.sinks, p.output, p.arrivals, p.splits, p.q_heads};
+}
+
+template <int D, unsigned kBlockSize>
+__device__ __noinline__ void merge_if_last(const SplitMerge p, const Tables* tables, float* scratch, std::uint32_t seq,
+                                           std::uint32_t qh0, std::uint32_t nh) {
+  const Tables& t = *tables;
+  constexpr unsigned kWarps = kBlockSize / 32;
+  const unsigned tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5;
+  float* x = scratch;                            // [nh][D] merged outputs (rotated space)
+  float* stats = scratch + kGroup * D;           // [nh] (max, sum) of the weights
+  unsigned* last = reinterpret_cast<unsigned*>(stats + 2 * kGroup);
+  __syncthreads();  // the block's partial is written and the scratch area free
+  if (tid == 0) {
+    // Release: the fence is cumulative, so after the barrier it orders every thread's partial before the arrival
+    // (the pattern of a grid-wide barrier: one thread fences and counts for the block).
+    __threadfence();
+    unsigned long long* word = p.arrivals + (static_cast<std::uint64_t>(seq) * gridDim.y + blockIdx.y);
+    constexpr unsigned long long tag = static_cast<unsigned long long>(kArrivalTag) << 32;
+    unsigned long long now = atomicAdd(word, 1ull) + 1u;
+    if ((now >> 32) != kArrivalTag || (now & 0xffffffffull) == 0u) {  // not a word of ours (first use)
+      for (;;) {
+        const unsigned long long next = (now >> 32) == kArrivalTag && (now & 0xffffffffull) != 0u ? now + 1u : tag + 1u;
+        const unsigned long long prev = atomicCAS(word, now, next);
+        if (prev == now) {
+          now = next;
+          break;
+        }
+        now = prev;
+      }
+    }
+    const bool complete = (now & 0xffffffffull) == p.splits;
+    if (complete) {
+      atomicExch(word, tag);
+      __threadfence();  // the other blocks' partials are read after their arrivals
+    }
+    *last = complete ? 1u : 0u;
+  }
+  __syncthreads();
+  if (*last == 0u) return;
+  // Per head: the largest log-sum-exp (with the sink) and the weights' sum, one warp per head.
+  for (unsigned h = warp; h < nh; h += kWarps) {
+    const std::uint64_t base = (static_cast<std::uint64_t>(seq) * p.q_heads + qh0 + h) * (p.splits + 1);
+    const float sink = p.sinks != nullptr ? p.sinks[qh0 + h] * 1.4426950408889634f : -INFINITY;
+    float m = -INFINITY;
+    for (std::uint32_t s = lane; s < p.splits; s += 32) m = fmaxf(m, __ldcg(p.part_lse + base + s));
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    m = fmaxf(m, sink);
+    float l = 0.0f;
+    if (m != -INFINITY) {
+      for (std::uint32_t s = lane; s < p.splits; s += 32) l += exp2f(__ldcg(p.part_lse + base + s) - m);
+      for (int o = 16; o > 0; o >>= 1) l += __shfl_xor_sync(0xffffffffu, l, o);
+      if (sink != -INFINITY) l += exp2f(sink - m);
+    }
+    if (lane == 0) {
+      stats[2 * h] = m;
+      stats[2 * h + 1] = l;
+    }
+  }
+  __syncthreads();
+  for (std::uint32_t i = tid; i < nh * D; i += kBlockSize) {
+    const std::uint32_t h = i / D, j = i % D;
+    const float m = stats[2 * h], l = stats[2 * h + 1];
+    float o = 0.0f;
+    if (m != -INFINITY) {  // then the largest weight is 1, so l ≥ 1
+      const std::uint64_t base = (static_cast<std::uint64_t>(seq) * p.q_heads + qh0 + h) * (p.splits + 1);
+#pragma unroll 8
+      for (std::uint32_t s = 0; s < p.splits; ++s) {
+        o += exp2f(__ldcg(p.part_lse + base + s) - m) * __ldcg(p.part_o + (base + s) * D + j);
+      }
+      o /= l;
+    }
+    x[i] = o;
+  }
+  __syncthreads();
+  for (unsigned h = warp; h < nh; h += kWarps) {
+    detail::warp_rotate_inverse(x + h * D, t, t.main_signs, lane);
+    float* out = p.output + (static_cast<std::uint64_t>(seq) * p.q_heads + qh0 + h) * D;
+    for (unsigned j = lane; j < D; j += 32) out[j] = x[h * D + j];
+  }
 }
 
 // Blocks per multiprocessor that the register budget is sized for: as many as the shared memory of the mse
@@ -310,52 +428,96 @@ __global__ void __launch_bounds__(Shape<D, CB, VB>::threads, (decode_min_blocks<
       p.part_o[part * D + i % D] = 0.0f;
       if (i % D == 0) p.part_lse[part] = -INFINITY;
     }
+    if (p.merge_in_kernel != 0) {
+      merge_if_last<D, kBlockSize>(split_merge(p), p.tables, reinterpret_cast<float*>(smem), seq, qh0, nh);
+    }
     return;
+  }
+
+  const std::uint64_t slot0 = (static_cast<std::uint64_t>(seq) * p.kv_heads + kvh) * p.capacity;
+  const std::uint8_t* g_kc = p.layer + p.key_codes + slot0 * S::kc_bpt;
+  const std::uint8_t* g_ks = p.layer + p.key_signs + slot0 * S::ks_bpt;
+  const std::uint8_t* g_kn = p.layer + p.key_norms + slot0 * 4;
+  const std::uint8_t* g_kr = p.layer + p.key_rho + slot0 * 2;
+  const std::uint8_t* g_vc = p.layer + p.value_codes + slot0 * S::vc_bpt;
+  const std::uint8_t* g_vn = p.layer + p.value_norms + slot0 * 4;
+  const std::uint32_t sh_kc = region_shift(g_kc), sh_ks = region_shift(g_ks), sh_kn = region_shift(g_kn);
+  const std::uint32_t sh_kr = region_shift(g_kr), sh_vc = region_shift(g_vc), sh_vn = region_shift(g_vn);
+
+  const std::uint32_t tiles = (end - begin + kTile - 1) / kTile;
+  // One thread issues a stage's bulk copies (key codes, signs, norms, ρ, value codes, value norms).
+  auto issue = [&](std::uint32_t tile) {
+    if (tid != 0 || tile >= tiles) return;
+    std::uint8_t* sb = main_area + (tile % kStages) * stage_bytes;
+    std::uint64_t* bar = &bars[tile % kStages];
+    const std::uint32_t p0 = begin + tile * kTile;
+    const std::uint32_t n = min(kTile, end - p0);
+    const RegionCopy kc = region_copy(g_kc, p0, n, S::kc_bpt), kn = region_copy(g_kn, p0, n, 4);
+    const RegionCopy vc = region_copy(g_vc, p0, n, S::vc_bpt), vn = region_copy(g_vn, p0, n, 4);
+    RegionCopy ks{nullptr, 0}, kr{nullptr, 0};
+    if (qjl) {
+      ks = region_copy(g_ks, p0, n, S::ks_bpt);
+      kr = region_copy(g_kr, p0, n, 2);
+    }
+    mbar_arrive_expect_tx(bar, kc.bytes + ks.bytes + kn.bytes + kr.bytes + vc.bytes + vn.bytes);
+    bulk_copy(sb, kc.src, kc.bytes, bar);
+    if (qjl) {
+      bulk_copy(sb + kOffKs, ks.src, ks.bytes, bar);
+      bulk_copy(sb + kOffKr, kr.src, kr.bytes, bar);
+    }
+    bulk_copy(sb + kOffKn, kn.src, kn.bytes, bar);
+    bulk_copy(sb + kOffVc, vc.src, vc.bytes, bar);
+    bulk_copy(sb + kOffVn, vn.src, vn.bytes, bar);
+  };
+
+  // The first stages' copies are in flight while the block builds its tables and query fragments.
+  if (tid == 0) {
+    for (unsigned st = 0; st < kStages; ++st) mbar_init(&bars[st], 1);
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    for (unsigned st = 0; st + 1 < kStages; ++st) issue(st);
   }
 
   // Lookup tables from packed code groups to fp16 centroids (low half = lower coordinate) for 3- to 5-bit
   // codes (2-bit codes use register tables, dequant2): a pair of coordinates (3 bits) or one (4, 5 bits);
   // signs: 4 bits -> four ±1 (one 64-bit lookup: fewer instructions than decoding the bits with ALU operations).
+  // The scaled centroids are rounded to fp16 once and staged in shared memory, so the table loops read shared
+  // memory instead of waiting on global loads (the same bits as converting each product per entry). They sit in
+  // the query-fragment area, which is written only after the prologue's next block-wide barrier.
   {
     constexpr unsigned km = (1u << CB) - 1u, vm = (1u << VB) - 1u;
     constexpr unsigned nk = S::pair_keys ? (1u << (2 * CB)) : (1u << CB);
     constexpr unsigned nv = S::pair_values ? (1u << (2 * VB)) : (1u << VB);
+    std::uint16_t* hk = reinterpret_cast<std::uint16_t*>(qfrag);  // [2^CB] keys
+    std::uint16_t* hv = hk + 32;                                   // [2^VB] values
+    if (tid < (1u << CB)) hk[tid] = __half_as_ushort(__float2half_rn(t.key_lut_scale * t.key_centroids[tid]));
+    if (tid < (1u << VB)) hv[tid] = __half_as_ushort(__float2half_rn(t.value_lut_scale * t.value_centroids[tid]));
+    __syncthreads();
+    auto halves = [](std::uint32_t lo, std::uint32_t hi) { return lo | (hi << 16); };
     if constexpr (S::quad_keys) {
       uint2* lut = reinterpret_cast<uint2*>(lut_k);
       for (unsigned i = tid; i < 256 * kQuadCopies; i += kBlockSize) {
         const unsigned e = i / kQuadCopies;
-        const float a = t.key_lut_scale;
-        lut[i] = make_uint2(pack_half2(a * t.key_centroids[e & 3u], a * t.key_centroids[(e >> 2) & 3u]),
-                            pack_half2(a * t.key_centroids[(e >> 4) & 3u], a * t.key_centroids[e >> 6]));
+        lut[i] = make_uint2(halves(hk[e & 3u], hk[(e >> 2) & 3u]), halves(hk[(e >> 4) & 3u], hk[e >> 6]));
       }
     } else if constexpr (S::byte_keys) {
       for (unsigned i = tid; i < 256 * kKeyCopies; i += kBlockSize) {
         const unsigned e = i / kKeyCopies;
-        const float a = t.key_lut_scale;
-        lut_k[i] = pack_half2(a * t.key_centroids[e & 15u], a * t.key_centroids[e >> 4]);
+        lut_k[i] = halves(hk[e & 15u], hk[e >> 4]);
       }
     } else if constexpr (S::lut_k != 0) {
       for (unsigned i = tid; i < nk * 32; i += kBlockSize) {
         const unsigned e = i >> 5;
-        const float a = t.key_lut_scale;
-        lut_k[i] = S::pair_keys ? pack_half2(a * t.key_centroids[e & km], a * t.key_centroids[e >> CB])
-                                : pack_half2(a * t.key_centroids[e], 0.0f);
+        lut_k[i] = S::pair_keys ? halves(hk[e & km], hk[e >> CB]) : halves(hk[e], 0u);
       }
     }
     if constexpr (S::lut_v != 0) {
       for (unsigned i = tid; i < nv * 32; i += kBlockSize) {
         const unsigned e = i >> 5;
-        const float a = t.value_lut_scale;
-        lut_v[i] = S::pair_values ? pack_half2(a * t.value_centroids[e & vm], a * t.value_centroids[e >> VB])
-                                  : pack_half2(a * t.value_centroids[e], 0.0f);
+        lut_v[i] = S::pair_values ? halves(hv[e & vm], hv[e >> VB]) : halves(hv[e], 0u);
       }
     }
   }
 
-  if (tid == 0) {
-    for (unsigned st = 0; st < kStages; ++st) mbar_init(&bars[st], 1);
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-  }
   if (tid < 16) {
     lut_s[tid] = make_uint2(pack_half2((tid & 1u) ? 1.0f : -1.0f, (tid & 2u) ? 1.0f : -1.0f),
                             pack_half2((tid & 4u) ? 1.0f : -1.0f, (tid & 8u) ? 1.0f : -1.0f));
@@ -364,7 +526,7 @@ __global__ void __launch_bounds__(Shape<D, CB, VB>::threads, (decode_min_blocks<
   // Query preparation: q_rot = R_p(q), q_jl = R_j(q_rot) for the block's heads, scaled to max |x| = 1 and
   // split into fp16 hi + lo parts laid out as the MMA's B fragments.
   {
-    float* qrot = reinterpret_cast<float*>(main_area);
+    float* qrot = reinterpret_cast<float*>(main_area + (kStages - 1) * stage_bytes);  // behind the stages in flight
     float* qjlb = qrot + kGroup * D;
     for (unsigned hh = warp; hh < kGroup; hh += kWarps) {
       float* row = qrot + hh * D;
@@ -372,10 +534,11 @@ __global__ void __launch_bounds__(Shape<D, CB, VB>::threads, (decode_min_blocks<
       const float* q = p.queries + (static_cast<std::uint64_t>(seq) * p.q_heads + qh0 + hh) * D;
       for (unsigned j = lane; j < D; j += 32) row[j] = hh < nh ? q[j] : 0.0f;
       __syncwarp();
-      detail::warp_rotate_forward(row, t, t.main_signs, lane);
+      // (A block's unused head columns stay zero: rotating zeros would give zeros.)
+      if (hh < nh) detail::warp_rotate_forward(row, t, t.main_signs, lane);
       for (unsigned j = lane; j < D; j += 32) rowj[j] = row[j];
       __syncwarp();
-      if (qjl) detail::warp_rotate_forward(rowj, t, t.qjl_signs, lane);
+      if (qjl && hh < nh) detail::warp_rotate_forward(rowj, t, t.qjl_signs, lane);
       float mr = 0.0f, mj = 0.0f;
       for (unsigned j = lane; j < D; j += 32) {
         mr = fmaxf(mr, fabsf(row[j]));
@@ -387,9 +550,11 @@ __global__ void __launch_bounds__(Shape<D, CB, VB>::threads, (decode_min_blocks<
       }
       mr = mr > 0.0f ? mr : 1.0f;
       mj = mj > 0.0f ? mj : 1.0f;
+      // Scaled by reciprocals (one division per row; the fp16 hi + lo split keeps 2⁻²² of x / max anyway).
+      const float ir = 1.0f / mr, ij = 1.0f / mj;
       for (unsigned j = lane; j < D; j += 32) {
-        row[j] = row[j] / mr;
-        rowj[j] = rowj[j] / mj;
+        row[j] *= ir;
+        rowj[j] *= ij;
       }
       if (lane == 0) {
         qscale[2 * hh] = mr / t.key_lut_scale;
@@ -429,41 +594,6 @@ __global__ void __launch_bounds__(Shape<D, CB, VB>::threads, (decode_min_blocks<
     __syncthreads();
   }
 
-  const std::uint64_t slot0 = (static_cast<std::uint64_t>(seq) * p.kv_heads + kvh) * p.capacity;
-  const std::uint8_t* g_kc = p.layer + p.key_codes + slot0 * S::kc_bpt;
-  const std::uint8_t* g_ks = p.layer + p.key_signs + slot0 * S::ks_bpt;
-  const std::uint8_t* g_kn = p.layer + p.key_norms + slot0 * 4;
-  const std::uint8_t* g_kr = p.layer + p.key_rho + slot0 * 2;
-  const std::uint8_t* g_vc = p.layer + p.value_codes + slot0 * S::vc_bpt;
-  const std::uint8_t* g_vn = p.layer + p.value_norms + slot0 * 4;
-  const std::uint32_t sh_kc = region_shift(g_kc), sh_ks = region_shift(g_ks), sh_kn = region_shift(g_kn);
-  const std::uint32_t sh_kr = region_shift(g_kr), sh_vc = region_shift(g_vc), sh_vn = region_shift(g_vn);
-
-  const std::uint32_t tiles = (end - begin + kTile - 1) / kTile;
-  // One thread issues a stage's bulk copies (key codes, signs, norms, ρ, value codes, value norms).
-  auto issue = [&](std::uint32_t tile) {
-    if (tid != 0 || tile >= tiles) return;
-    std::uint8_t* sb = main_area + (tile % kStages) * stage_bytes;
-    std::uint64_t* bar = &bars[tile % kStages];
-    const std::uint32_t p0 = begin + tile * kTile;
-    const std::uint32_t n = min(kTile, end - p0);
-    const RegionCopy kc = region_copy(g_kc, p0, n, S::kc_bpt), kn = region_copy(g_kn, p0, n, 4);
-    const RegionCopy vc = region_copy(g_vc, p0, n, S::vc_bpt), vn = region_copy(g_vn, p0, n, 4);
-    RegionCopy ks{nullptr, 0}, kr{nullptr, 0};
-    if (qjl) {
-      ks = region_copy(g_ks, p0, n, S::ks_bpt);
-      kr = region_copy(g_kr, p0, n, 2);
-    }
-    mbar_arrive_expect_tx(bar, kc.bytes + ks.bytes + kn.bytes + kr.bytes + vc.bytes + vn.bytes);
-    bulk_copy(sb, kc.src, kc.bytes, bar);
-    if (qjl) {
-      bulk_copy(sb + kOffKs, ks.src, ks.bytes, bar);
-      bulk_copy(sb + kOffKr, kr.src, kr.bytes, bar);
-    }
-    bulk_copy(sb + kOffKn, kn.src, kn.bytes, bar);
-    bulk_copy(sb + kOffVc, vc.src, vc.bytes, bar);
-    bulk_copy(sb + kOffVn, vn.src, vn.bytes, bar);
-  };
 
   float m_run[2] = {-INFINITY, -INFINITY};
   float vscale = 0.0f, inv = 0.0f;  // the running value scale (below) and its reciprocal
@@ -489,7 +619,6 @@ __global__ void __launch_bounds__(Shape<D, CB, VB>::threads, (decode_min_blocks<
     }
   };
 
-  for (unsigned s = 0; s + 1 < kStages; ++s) issue(s);
   for (std::uint32_t tile = 0; tile < tiles; ++tile) {
     mbar_wait(&bars[tile % kStages], (tile / kStages) & 1u);
     // Every warp has finished tile - 1 before its stage buffer is refilled with tile + kStages - 1.
@@ -745,8 +874,8 @@ __global__ void __launch_bounds__(Shape<D, CB, VB>::threads, (decode_min_blocks<
   __syncthreads();
 
   // Merge the warps' partial softmax states in shared memory (the stage buffers are free now).
-  float* mo = reinterpret_cast<float*>(main_area);                // [warps][8][D]
-  float* mm = mo + kWarps * kGroup * D;                           // [warps][8]
+  float* mo = reinterpret_cast<float*>(main_area);                // [warps][8][S::merge_row]
+  float* mm = mo + kWarps * kGroup * S::merge_row;                // [warps][8]
   float* ml = mm + kWarps * kGroup;                               // [warps][8]
 #pragma unroll
   for (int o = 4; o < 32; o <<= 1) {
@@ -768,17 +897,18 @@ __global__ void __launch_bounds__(Shape<D, CB, VB>::threads, (decode_min_blocks<
     ml[warp * kGroup + 2 * c] = l_run[0];
     ml[warp * kGroup + 2 * c + 1] = l_run[1];
   }
-  float* mw = mo + warp * kGroup * D;
+  float* mw = mo + warp * kGroup * S::merge_row;
+  auto merge_at = [](unsigned row, unsigned j) { return row * S::merge_row + j + j / (D / 8); };
   vscale /= t.value_lut_scale;
   if (writer) {
 #pragma unroll
     for (int jb = 0; jb < D / 16; ++jb) {
       // The value A fragment's row order (P·V above): rows g and g + 8 of block jb.
       const unsigned j0 = g * (D / 8) + value_first<D, VB>(jb), j1 = j0 + value_second_offset<VB>();
-      mw[(2 * c) * D + j0] = acc[jb][0] * vscale;
-      mw[(2 * c + 1) * D + j0] = acc[jb][1] * vscale;
-      mw[(2 * c) * D + j1] = acc[jb][2] * vscale;
-      mw[(2 * c + 1) * D + j1] = acc[jb][3] * vscale;
+      mw[merge_at(2 * c, j0)] = acc[jb][0] * vscale;
+      mw[merge_at(2 * c + 1, j0)] = acc[jb][1] * vscale;
+      mw[merge_at(2 * c, j1)] = acc[jb][2] * vscale;
+      mw[merge_at(2 * c + 1, j1)] = acc[jb][3] * vscale;
     }
   }
   __syncthreads();
@@ -792,12 +922,13 @@ __global__ void __launch_bounds__(Shape<D, CB, VB>::threads, (decode_min_blocks<
       for (unsigned w = 0; w < kWarps; ++w) {
         const float f = exp2f(mm[w * kGroup + h] - m);
         l += ml[w * kGroup + h] * f;
-        o += mo[(w * kGroup + h) * D + j] * f;
+        o += mo[merge_at(w * kGroup + h, j)] * f;
       }
     }
     p.part_o[part * D + j] = l > 0.0f ? o / l : 0.0f;
     if (j == 0) p.part_lse[part] = l > 0.0f ? m + log2f(l) : -INFINITY;
   }
+  if (p.merge_in_kernel != 0) merge_if_last<D, kBlockSize>(split_merge(p), p.tables, mo, seq, qh0, nh);
 }
 
 // The exact window: positions [exact_begin, length) from the f32 rows, one block per (sequence, query head).
@@ -989,6 +1120,7 @@ cudaError_t launch_decode(const DecodeParams& p, cudaStream_t stream) {
   k.fn<<<grid, k.threads, k.smem, stream>>>(p);
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return err;
+  if (p.merge_in_kernel != 0) return cudaSuccess;
   if (p.window > 0) {
     const std::size_t wsmem = sizeof(float) * (p.head_dim + p.window);
     window_kernel<<<dim3(p.q_heads, p.seqs), kThreads, wsmem, stream>>>(p);

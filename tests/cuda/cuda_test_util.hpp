@@ -29,6 +29,13 @@
     ASSERT_TRUE(kvc_r_.ok()) << #expr << ": " << kvc_r_.error().to_string(); \
   } while (0)
 
+// The same as a non-fatal check, for helpers that return a value.
+#define EXPECT_OK(expr)                                                      \
+  do {                                                                       \
+    const auto& kvc_r_ = (expr);                                             \
+    EXPECT_TRUE(kvc_r_.ok()) << #expr << ": " << kvc_r_.error().to_string(); \
+  } while (0)
+
 namespace kvcompact::cuda::testing {
 
 // The value of a Result, with a test failure (not an abort) when it holds an error.

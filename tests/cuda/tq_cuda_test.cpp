@@ -402,6 +402,62 @@ TEST(CudaDecode, RunIsCapturableInACudaGraph) {
   (void)cudaStreamDestroy(stream);
 }
 
+// Without an exact window the fused kernel merges the splits itself, counting arrivals in the workspace per launch
+// epoch (tq_decode.cu, merge_if_last). A workspace with arbitrary bytes, shared by two plans of different split
+// counts in turn, must give every call the output of a call on a workspace of its own, bit for bit.
+TEST(CudaDecode, WorkspaceNeedsNoInitialisationAndIsSharedByPlans) {
+  SKIP_WITHOUT_GPU();
+  const std::uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  const QuantConfig config = QuantConfig::recommended(seed);
+  const std::uint32_t d = 128, kv_heads = 2, q_heads = 8, seqs = 3;
+  const std::vector<std::uint32_t> lengths = {2900, 0, 1700};
+  auto cache = testing::random_cpu_cache(rng, config, d, kv_heads, lengths, 3000);
+  const auto view = cache.view(0);
+  auto codec = take(DeviceCodec::create(*view.codec));
+  auto layer = testing::upload_layer(view);
+  auto dlen = take(DeviceBuffer::allocate(4ull * seqs));
+  ASSERT_OK(dlen.upload(lengths.data(), 4ull * seqs));
+  const auto q = random_rows(rng, std::size_t{seqs} * q_heads, d, 1.0f, false);
+  auto dq = take(DeviceBuffer::allocate(q.size() * 4));
+  ASSERT_OK(dq.upload(q.data(), q.size() * 4));
+  auto props = take(device_properties(0));
+  // Many splits (the whole capacity over every multiprocessor: 6 on the H200) and few (as if on an 8-SM device: 2).
+  auto many = take(plan_decode(*view.layout, config, q_heads, 3000, props.multiprocessors));
+  auto few = take(plan_decode(*view.layout, config, q_heads, 3000, 8));
+  ASSERT_NE(many.splits, few.splits);
+  ASSERT_GT(few.splits, 1u);
+  auto run = [&](const DecodePlan& plan, void* workspace) {
+    auto out = take(DeviceBuffer::allocate(q.size() * 4));
+    EXPECT_OK(out.fill(0xFF));
+    DecodeArgs args;
+    args.queries = static_cast<const float*>(dq.data());
+    args.lengths = static_cast<const std::uint32_t*>(dlen.data());
+    args.output = static_cast<float*>(out.data());
+    EXPECT_OK(decode_attention(plan, codec, layer.data(), args, workspace));
+    EXPECT_OK(synchronize());
+    std::vector<float> host(q.size());
+    EXPECT_OK(out.download(host.data(), host.size() * 4));
+    return host;
+  };
+  auto own_many = take(DeviceBuffer::allocate(many.workspace_bytes));
+  auto own_few = take(DeviceBuffer::allocate(few.workspace_bytes));
+  const auto ref_many = run(many, own_many.data());
+  const auto ref_few = run(few, own_few.data());
+  std::vector<std::uint8_t> garbage(std::max(many.workspace_bytes, few.workspace_bytes));
+  for (auto& b : garbage) b = static_cast<std::uint8_t>(rng());
+  auto shared = take(DeviceBuffer::allocate(garbage.size()));
+  ASSERT_OK(shared.upload(garbage.data(), garbage.size()));
+  const std::size_t bytes = q.size() * 4;
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(std::memcmp(run(many, shared.data()).data(), ref_many.data(), bytes), 0) << "round " << i << ", many";
+    EXPECT_EQ(std::memcmp(run(few, shared.data()).data(), ref_few.data(), bytes), 0) << "round " << i << ", few";
+  }
+  EXPECT_FALSE(std::isnan(ref_many[0]));
+  for (std::size_t j = 0; j < std::size_t{q_heads} * d; ++j) ASSERT_EQ(ref_few[q_heads * d + j], 0.0f);
+}
+
 // A small encode + decode pair for compute-sanitizer (memcheck / racecheck), run by scripts/gpu/run_all.sh.
 TEST(CudaSmall, EncodeAndDecodeForSanitizers) {
   SKIP_WITHOUT_GPU();
