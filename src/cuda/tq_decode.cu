@@ -251,6 +251,54 @@ __device__ inline std::uint32_t region_shift(const std::uint8_t* region) {
   return static_cast<std::uint32_t>(reinterpret_cast<std::uintptr_t>(region) & 15u);
 }
 
+// The Hadamard butterflies of one head of D = 64, 128 or 256 coordinates (one block: a power of two is its own
+// binary decomposition), coordinate lane + 32i in v[i]: strides 1, 2, …, D/2 with the operations and in the order
+// of warp_rotate_forward / warp_rotate_inverse (tq_device.cuh), which do them in shared memory. Strides below 32
+// pair lanes (a shuffle: the lower lane keeps a + c, the upper a − c), larger ones a lane's registers.
+template <int D>
+__device__ __forceinline__ void butterflies_in_registers(float (&v)[D / 32], unsigned lane) {
+  constexpr int R = D / 32;
+#pragma unroll
+  for (unsigned h = 1; h < 32; h <<= 1) {
+    const bool upper = (lane & h) != 0u;
+#pragma unroll
+    for (int i = 0; i < R; ++i) {
+      const float other = __shfl_xor_sync(0xffffffffu, v[i], h);
+      v[i] = upper ? __fsub_rn(other, v[i]) : __fadd_rn(v[i], other);
+    }
+  }
+#pragma unroll
+  for (int h = 1; h < R; h <<= 1) {
+#pragma unroll
+    for (int i = 0; i < R; ++i) {
+      if ((i & h) == 0) {
+        const float a = v[i], c = v[i + h];
+        v[i] = __fadd_rn(a, c);
+        v[i + h] = __fsub_rn(a, c);
+      }
+    }
+  }
+}
+// x ← R(x) = (H·(signs ⊙ x))·scale and x ← R⁻¹(x) = signs ⊙ (H·(x·scale)), scale = 1/√D.
+template <int D>
+__device__ __forceinline__ void rotate_forward_in_registers(float (&v)[D / 32], const float* signs, float scale,
+                                                            unsigned lane) {
+#pragma unroll
+  for (int i = 0; i < D / 32; ++i) v[i] = __fmul_rn(v[i], signs[lane + 32 * i]);
+  butterflies_in_registers<D>(v, lane);
+#pragma unroll
+  for (int i = 0; i < D / 32; ++i) v[i] = __fmul_rn(v[i], scale);
+}
+template <int D>
+__device__ __forceinline__ void rotate_inverse_in_registers(float (&v)[D / 32], const float* signs, float scale,
+                                                            unsigned lane) {
+#pragma unroll
+  for (int i = 0; i < D / 32; ++i) v[i] = __fmul_rn(v[i], scale);
+  butterflies_in_registers<D>(v, lane);
+#pragma unroll
+  for (int i = 0; i < D / 32; ++i) v[i] = __fmul_rn(v[i], signs[lane + 32 * i]);
+}
+
 // The in-kernel merge (layouts without an exact window; with one, window_kernel and merge_kernel run after this
 // kernel). Every block of an item (sequence, KV head, head group) has written its split's partial; the block that
 // completes the item's set merges the partials, applies R⁻¹ and writes the output, which saves the merge kernel's
@@ -354,9 +402,13 @@ __device__ __noinline__ void merge_if_last(const SplitMerge p, const Tables* tab
   }
   __syncthreads();
   for (unsigned h = warp; h < nh; h += kWarps) {
-    detail::warp_rotate_inverse(x + h * D, t, t.main_signs, lane);
+    float v[D / 32];
+#pragma unroll
+    for (int i = 0; i < D / 32; ++i) v[i] = x[h * D + lane + 32 * i];
+    rotate_inverse_in_registers<D>(v, t.main_signs, t.block_scale[0], lane);
     float* out = p.output + (static_cast<std::uint64_t>(seq) * p.q_heads + qh0 + h) * D;
-    for (unsigned j = lane; j < D; j += 32) out[j] = x[h * D + j];
+#pragma unroll
+    for (int i = 0; i < D / 32; ++i) out[lane + 32 * i] = v[i];
   }
 }
 
@@ -531,18 +583,20 @@ __global__ void __launch_bounds__(Shape<D, CB, VB>::threads, (decode_min_blocks<
     for (unsigned hh = warp; hh < kGroup; hh += kWarps) {
       float* row = qrot + hh * D;
       float* rowj = qjlb + hh * D;
+      // Coordinate lane + 32i in v[i]; a block's unused head columns stay zero (rotating zeros gives zeros).
+      float v[D / 32], vj[D / 32];
       const float* q = p.queries + (static_cast<std::uint64_t>(seq) * p.q_heads + qh0 + hh) * D;
-      for (unsigned j = lane; j < D; j += 32) row[j] = hh < nh ? q[j] : 0.0f;
-      __syncwarp();
-      // (A block's unused head columns stay zero: rotating zeros would give zeros.)
-      if (hh < nh) detail::warp_rotate_forward(row, t, t.main_signs, lane);
-      for (unsigned j = lane; j < D; j += 32) rowj[j] = row[j];
-      __syncwarp();
-      if (qjl && hh < nh) detail::warp_rotate_forward(rowj, t, t.qjl_signs, lane);
+#pragma unroll
+      for (int i = 0; i < D / 32; ++i) v[i] = hh < nh ? q[lane + 32 * i] : 0.0f;
+      if (hh < nh) rotate_forward_in_registers<D>(v, t.main_signs, t.block_scale[0], lane);
+#pragma unroll
+      for (int i = 0; i < D / 32; ++i) vj[i] = v[i];
+      if (qjl && hh < nh) rotate_forward_in_registers<D>(vj, t.qjl_signs, t.block_scale[0], lane);
       float mr = 0.0f, mj = 0.0f;
-      for (unsigned j = lane; j < D; j += 32) {
-        mr = fmaxf(mr, fabsf(row[j]));
-        mj = fmaxf(mj, fabsf(rowj[j]));
+#pragma unroll
+      for (int i = 0; i < D / 32; ++i) {
+        mr = fmaxf(mr, fabsf(v[i]));
+        mj = fmaxf(mj, fabsf(vj[i]));
       }
       for (int o = 16; o > 0; o >>= 1) {
         mr = fmaxf(mr, __shfl_xor_sync(0xffffffffu, mr, o));
@@ -552,9 +606,10 @@ __global__ void __launch_bounds__(Shape<D, CB, VB>::threads, (decode_min_blocks<
       mj = mj > 0.0f ? mj : 1.0f;
       // Scaled by reciprocals (one division per row; the fp16 hi + lo split keeps 2⁻²² of x / max anyway).
       const float ir = 1.0f / mr, ij = 1.0f / mj;
-      for (unsigned j = lane; j < D; j += 32) {
-        row[j] *= ir;
-        rowj[j] *= ij;
+#pragma unroll
+      for (int i = 0; i < D / 32; ++i) {
+        row[lane + 32 * i] = v[i] * ir;
+        rowj[lane + 32 * i] = vj[i] * ij;
       }
       if (lane == 0) {
         qscale[2 * hh] = mr / t.key_lut_scale;
