@@ -348,6 +348,28 @@ TEST(CudaDecode, UnsupportedShapesAreTypedErrors) {
   EXPECT_EQ(plan_decode(layout128, config, 4, 65, 132).error().code, ErrorCode::OutOfRange);
 }
 
+// A one-layer CPU cache of random sequences, its device codec and layer copy, the lengths and random queries (also
+// kept on the host): the inputs of the decode tests that compare calls with each other.
+struct DecodeInputs {
+  kvcompact::tq::TurboQuantCache cache;
+  DeviceCodec codec;
+  DeviceBuffer layer, lengths, queries;
+  std::vector<float> q;
+};
+
+DecodeInputs decode_inputs(std::mt19937_64& rng, const QuantConfig& config, std::uint32_t d, std::uint32_t kv_heads,
+                           std::uint32_t q_heads, const std::vector<std::uint32_t>& lengths, std::uint32_t capacity) {
+  auto cache = testing::random_cpu_cache(rng, config, d, kv_heads, lengths, capacity);
+  auto codec = take(DeviceCodec::create(*cache.view(0).codec));
+  auto layer = testing::upload_layer(cache.view(0));
+  auto dlen = take(DeviceBuffer::allocate(4ull * lengths.size()));
+  EXPECT_OK(dlen.upload(lengths.data(), 4ull * lengths.size()));
+  auto q = random_rows(rng, lengths.size() * q_heads, d, 1.0f, false);
+  auto dq = take(DeviceBuffer::allocate(q.size() * 4));
+  EXPECT_OK(dq.upload(q.data(), q.size() * 4));
+  return DecodeInputs{std::move(cache), std::move(codec), std::move(layer), std::move(dlen), std::move(dq), std::move(q)};
+}
+
 // plan / run: decode_attention allocates nothing and synchronises nothing, so it can be captured in a CUDA
 // graph; the replayed graph must give the same output as a direct call (bit for bit: same kernels, same data).
 TEST(CudaDecode, RunIsCapturableInACudaGraph) {
@@ -356,17 +378,10 @@ TEST(CudaDecode, RunIsCapturableInACudaGraph) {
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
   const QuantConfig config = QuantConfig::seed_system(seed);
-  const std::uint32_t d = 128, kv_heads = 2, q_heads = 8, seqs = 3;
-  const std::vector<std::uint32_t> lengths = {700, 1, 1300};
-  auto cache = testing::random_cpu_cache(rng, config, d, kv_heads, lengths, 1300);
-  const auto view = cache.view(0);
-  auto codec = take(DeviceCodec::create(*view.codec));
-  auto layer = testing::upload_layer(view);
-  auto dlen = take(DeviceBuffer::allocate(4ull * seqs));
-  ASSERT_OK(dlen.upload(lengths.data(), 4ull * seqs));
-  const auto q = random_rows(rng, std::size_t{seqs} * q_heads, d, 1.0f, false);
-  auto dq = take(DeviceBuffer::allocate(q.size() * 4));
-  ASSERT_OK(dq.upload(q.data(), q.size() * 4));
+  const std::uint32_t q_heads = 8;
+  DecodeInputs in = decode_inputs(rng, config, 128, 2, q_heads, {700, 1, 1300}, 1300);
+  const auto view = in.cache.view(0);
+  const auto& q = in.q;
   auto direct = take(DeviceBuffer::allocate(q.size() * 4));
   auto graphed = take(DeviceBuffer::allocate(q.size() * 4));
   ASSERT_OK(graphed.fill(0xFF));
@@ -374,10 +389,10 @@ TEST(CudaDecode, RunIsCapturableInACudaGraph) {
   auto plan = take(plan_decode(*view.layout, config, q_heads, 1300, props.multiprocessors));
   auto ws = take(DeviceBuffer::allocate(plan.workspace_bytes));
   DecodeArgs args;
-  args.queries = static_cast<const float*>(dq.data());
-  args.lengths = static_cast<const std::uint32_t*>(dlen.data());
+  args.queries = static_cast<const float*>(in.queries.data());
+  args.lengths = static_cast<const std::uint32_t*>(in.lengths.data());
   args.output = static_cast<float*>(direct.data());
-  ASSERT_OK(decode_attention(plan, codec, layer.data(), args, ws.data()));
+  ASSERT_OK(decode_attention(plan, in.codec, in.layer.data(), args, ws.data()));
   ASSERT_OK(synchronize());
 
   cudaStream_t stream = nullptr;
@@ -386,7 +401,7 @@ TEST(CudaDecode, RunIsCapturableInACudaGraph) {
   cudaGraphExec_t exec = nullptr;
   args.output = static_cast<float*>(graphed.data());
   ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-  const Status captured = decode_attention(plan, codec, layer.data(), args, ws.data(), stream);
+  const Status captured = decode_attention(plan, in.codec, in.layer.data(), args, ws.data(), stream);
   ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
   ASSERT_OK(captured);
   ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
@@ -402,26 +417,19 @@ TEST(CudaDecode, RunIsCapturableInACudaGraph) {
   (void)cudaStreamDestroy(stream);
 }
 
-// Without an exact window the fused kernel merges the splits itself, counting arrivals in the workspace per launch
-// epoch (tq_decode.cu, merge_if_last). A workspace with arbitrary bytes, shared by two plans of different split
-// counts in turn, must give every call the output of a call on a workspace of its own, bit for bit.
+// Without an exact window the fused kernel merges the splits itself, counting arrivals in tagged words of the
+// workspace (tq_decode.cu, merge_if_last). A workspace with arbitrary bytes, shared by two plans of different
+// split counts in turn, must give every call the output of a call on a workspace of its own, bit for bit.
 TEST(CudaDecode, WorkspaceNeedsNoInitialisationAndIsSharedByPlans) {
   SKIP_WITHOUT_GPU();
   const std::uint64_t seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
   const QuantConfig config = QuantConfig::recommended(seed);
-  const std::uint32_t d = 128, kv_heads = 2, q_heads = 8, seqs = 3;
-  const std::vector<std::uint32_t> lengths = {2900, 0, 1700};
-  auto cache = testing::random_cpu_cache(rng, config, d, kv_heads, lengths, 3000);
-  const auto view = cache.view(0);
-  auto codec = take(DeviceCodec::create(*view.codec));
-  auto layer = testing::upload_layer(view);
-  auto dlen = take(DeviceBuffer::allocate(4ull * seqs));
-  ASSERT_OK(dlen.upload(lengths.data(), 4ull * seqs));
-  const auto q = random_rows(rng, std::size_t{seqs} * q_heads, d, 1.0f, false);
-  auto dq = take(DeviceBuffer::allocate(q.size() * 4));
-  ASSERT_OK(dq.upload(q.data(), q.size() * 4));
+  const std::uint32_t d = 128, q_heads = 8;
+  DecodeInputs in = decode_inputs(rng, config, d, 2, q_heads, {2900, 0, 1700}, 3000);
+  const auto view = in.cache.view(0);
+  const auto& q = in.q;
   auto props = take(device_properties(0));
   // Many splits (the whole capacity over every multiprocessor: 6 on the H200) and few (as if on an 8-SM device: 2).
   auto many = take(plan_decode(*view.layout, config, q_heads, 3000, props.multiprocessors));
@@ -432,10 +440,10 @@ TEST(CudaDecode, WorkspaceNeedsNoInitialisationAndIsSharedByPlans) {
     auto out = take(DeviceBuffer::allocate(q.size() * 4));
     EXPECT_OK(out.fill(0xFF));
     DecodeArgs args;
-    args.queries = static_cast<const float*>(dq.data());
-    args.lengths = static_cast<const std::uint32_t*>(dlen.data());
+    args.queries = static_cast<const float*>(in.queries.data());
+    args.lengths = static_cast<const std::uint32_t*>(in.lengths.data());
     args.output = static_cast<float*>(out.data());
-    EXPECT_OK(decode_attention(plan, codec, layer.data(), args, workspace));
+    EXPECT_OK(decode_attention(plan, in.codec, in.layer.data(), args, workspace));
     EXPECT_OK(synchronize());
     std::vector<float> host(q.size());
     EXPECT_OK(out.download(host.data(), host.size() * 4));
