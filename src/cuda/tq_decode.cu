@@ -299,23 +299,11 @@ __device__ __forceinline__ void rotate_inverse_in_registers(float (&v)[D / 32], 
   for (int i = 0; i < D / 32; ++i) v[i] = __fmul_rn(v[i], signs[lane + 32 * i]);
 }
 
-// The in-kernel merge (layouts without an exact window; with one, window_kernel and merge_kernel run after this
-// kernel). Every block of an item (sequence, KV head, head group) has written its split's partial; the block that
-// completes the item's set merges the partials, applies R⁻¹ and writes the output, which saves the merge kernel's
-// launch and its dependent chain of loads at small batches.
-//
-// Arrival counter: one 64-bit word per item in the workspace, (kArrivalTag, splits arrived so far) in its high and
-// low halves; every completed launch leaves (kArrivalTag, 0) behind. A word whose high half is not the tag (zeroed,
-// poisoned or reused memory) counts as zero arrivals, so the workspace needs no initialisation: a block that finds
-// one replaces it with (tag, 1) or, if another block did that first, counts itself on top (a compare-and-swap loop,
-// only on a workspace's first use). Normally arriving is one atomicAdd. Left to chance: memory whose word already
-// holds the tag with a nonzero count before its first use (2⁻³² for random bits; never zeros or 0xFF bytes).
-// Which block merges does not change a bit: it reads every partial back in split order. Not inlined: one copy
-// serves both exits of the kernel and stays out of the main loop's register allocation.
-// What merge_if_last reads of DecodeParams, by value: a reference to the kernel's parameters would make the caller
-// copy all of them to the stack.
+// The high half of an arrival word of the in-kernel merge (merge_if_last).
 inline constexpr std::uint32_t kArrivalTag = 0x4B564344u;  // "KVCD"
 
+// What merge_if_last reads of DecodeParams, by value: a reference to the kernel's parameters would make the caller
+// copy all of them to the stack.
 struct SplitMerge {
   const float* part_o;
   const float* part_lse;
@@ -329,6 +317,19 @@ __device__ __forceinline__ SplitMerge split_merge(const DecodeParams& p) {
   return SplitMerge{p.part_o, p.part_lse, p.sinks, p.output, p.arrivals, p.splits, p.q_heads};
 }
 
+// The in-kernel merge (layouts without an exact window; with one, window_kernel and merge_kernel run after this
+// kernel). Every block of an item (sequence, KV head, head group) has written its split's partial; the block that
+// completes the item's set merges the partials, applies R⁻¹ and writes the output, which saves the merge kernel's
+// launch and its dependent chain of loads at small batches.
+//
+// Arrival counter: one 64-bit word per item in the workspace, (kArrivalTag, splits arrived so far) in its high and
+// low halves; every completed launch leaves (kArrivalTag, 0) behind. A word whose high half is not the tag (zeroed,
+// poisoned or reused memory) counts as zero arrivals, so the workspace needs no initialisation: a block that finds
+// one replaces it with (tag, 1) or, if another block did that first, counts itself on top (a compare-and-swap loop,
+// only on a workspace's first use). Normally arriving is one atomicAdd. Left to chance: memory whose word already
+// holds the tag with a nonzero count before its first use (2⁻³² for random bits; never zeros or 0xFF bytes).
+// Which block merges does not change a bit: it reads every partial back in split order. Not inlined: one copy
+// serves both exits of the kernel and stays out of the main loop's register allocation.
 template <int D, unsigned kBlockSize>
 __device__ __noinline__ void merge_if_last(const SplitMerge p, const Tables* tables, float* scratch, std::uint32_t seq,
                                            std::uint32_t qh0, std::uint32_t nh) {
