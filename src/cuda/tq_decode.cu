@@ -251,54 +251,6 @@ __device__ inline std::uint32_t region_shift(const std::uint8_t* region) {
   return static_cast<std::uint32_t>(reinterpret_cast<std::uintptr_t>(region) & 15u);
 }
 
-// The Hadamard butterflies of one head of D = 64, 128 or 256 coordinates (one block: a power of two is its own
-// binary decomposition), coordinate lane + 32i in v[i]: strides 1, 2, …, D/2 with the operations and in the order
-// of warp_rotate_forward / warp_rotate_inverse (tq_device.cuh), which do them in shared memory. Strides below 32
-// pair lanes (a shuffle: the lower lane keeps a + c, the upper a − c), larger ones a lane's registers.
-template <int D>
-__device__ __forceinline__ void butterflies_in_registers(float (&v)[D / 32], unsigned lane) {
-  constexpr int R = D / 32;
-#pragma unroll
-  for (unsigned h = 1; h < 32; h <<= 1) {
-    const bool upper = (lane & h) != 0u;
-#pragma unroll
-    for (int i = 0; i < R; ++i) {
-      const float other = __shfl_xor_sync(0xffffffffu, v[i], h);
-      v[i] = upper ? __fsub_rn(other, v[i]) : __fadd_rn(v[i], other);
-    }
-  }
-#pragma unroll
-  for (int h = 1; h < R; h <<= 1) {
-#pragma unroll
-    for (int i = 0; i < R; ++i) {
-      if ((i & h) == 0) {
-        const float a = v[i], c = v[i + h];
-        v[i] = __fadd_rn(a, c);
-        v[i + h] = __fsub_rn(a, c);
-      }
-    }
-  }
-}
-// x ← R(x) = (H·(signs ⊙ x))·scale and x ← R⁻¹(x) = signs ⊙ (H·(x·scale)), scale = 1/√D.
-template <int D>
-__device__ __forceinline__ void rotate_forward_in_registers(float (&v)[D / 32], const float* signs, float scale,
-                                                            unsigned lane) {
-#pragma unroll
-  for (int i = 0; i < D / 32; ++i) v[i] = __fmul_rn(v[i], signs[lane + 32 * i]);
-  butterflies_in_registers<D>(v, lane);
-#pragma unroll
-  for (int i = 0; i < D / 32; ++i) v[i] = __fmul_rn(v[i], scale);
-}
-template <int D>
-__device__ __forceinline__ void rotate_inverse_in_registers(float (&v)[D / 32], const float* signs, float scale,
-                                                            unsigned lane) {
-#pragma unroll
-  for (int i = 0; i < D / 32; ++i) v[i] = __fmul_rn(v[i], scale);
-  butterflies_in_registers<D>(v, lane);
-#pragma unroll
-  for (int i = 0; i < D / 32; ++i) v[i] = __fmul_rn(v[i], signs[lane + 32 * i]);
-}
-
 // The high half of an arrival word of the in-kernel merge (merge_if_last).
 inline constexpr std::uint32_t kArrivalTag = 0x4B564344u;  // "KVCD"
 
@@ -406,7 +358,7 @@ __device__ __noinline__ void merge_if_last(const SplitMerge p, const Tables* tab
     float v[D / 32];
 #pragma unroll
     for (int i = 0; i < D / 32; ++i) v[i] = x[h * D + lane + 32 * i];
-    rotate_inverse_in_registers<D>(v, t.main_signs, t.block_scale[0], lane);
+    detail::rotate_inverse_in_registers<D>(v, t.main_signs, t.block_scale[0], lane);
     float* out = p.output + (static_cast<std::uint64_t>(seq) * p.q_heads + qh0 + h) * D;
 #pragma unroll
     for (int i = 0; i < D / 32; ++i) out[lane + 32 * i] = v[i];
@@ -589,10 +541,10 @@ __global__ void __launch_bounds__(Shape<D, CB, VB>::threads, (decode_min_blocks<
       const float* q = p.queries + (static_cast<std::uint64_t>(seq) * p.q_heads + qh0 + hh) * D;
 #pragma unroll
       for (int i = 0; i < D / 32; ++i) v[i] = hh < nh ? q[lane + 32 * i] : 0.0f;
-      if (hh < nh) rotate_forward_in_registers<D>(v, t.main_signs, t.block_scale[0], lane);
+      if (hh < nh) detail::rotate_forward_in_registers<D>(v, t.main_signs, t.block_scale[0], lane);
 #pragma unroll
       for (int i = 0; i < D / 32; ++i) vj[i] = v[i];
-      if (qjl && hh < nh) rotate_forward_in_registers<D>(vj, t.qjl_signs, t.block_scale[0], lane);
+      if (qjl && hh < nh) detail::rotate_forward_in_registers<D>(vj, t.qjl_signs, t.block_scale[0], lane);
       float mr = 0.0f, mj = 0.0f;
 #pragma unroll
       for (int i = 0; i < D / 32; ++i) {

@@ -1,5 +1,6 @@
 // Internal device-side pieces shared by the TurboQuant kernels: the per-layer table struct that
-// DeviceCodec uploads (rotation signs / scales, codebooks, flags) and warp-level rotation helpers.
+// DeviceCodec uploads (rotation signs / scales, codebooks, flags) and warp-level rotation helpers (in shared
+// memory for any head_dim; in registers for one power-of-two block of 64, 128 or 256).
 #pragma once
 
 #include <cstdint>
@@ -88,6 +89,55 @@ __device__ inline void warp_rotate_inverse(float* x, const Tables& t, const floa
   }
   for (unsigned j = lane; j < d; j += 32) x[j] = x[j] * signs[j];
   __syncwarp();
+}
+
+// The Hadamard butterflies of one head of D = 64, 128 or 256 coordinates (one block: a power of two is its own
+// binary decomposition), coordinate lane + 32i in v[i]: strides 1, 2, …, D/2 with the operations and in the
+// order of warp_rotate_forward / warp_rotate_inverse above, which do them in shared memory for any block
+// structure. Strides below 32 pair lanes (a shuffle: the lower lane keeps a + c, the upper a − c), larger ones
+// a lane's registers.
+template <int D>
+__device__ __forceinline__ void butterflies_in_registers(float (&v)[D / 32], unsigned lane) {
+  constexpr int R = D / 32;
+#pragma unroll
+  for (unsigned h = 1; h < 32; h <<= 1) {
+    const bool upper = (lane & h) != 0u;
+#pragma unroll
+    for (int i = 0; i < R; ++i) {
+      const float other = __shfl_xor_sync(0xffffffffu, v[i], h);
+      v[i] = upper ? __fsub_rn(other, v[i]) : __fadd_rn(v[i], other);
+    }
+  }
+#pragma unroll
+  for (int h = 1; h < R; h <<= 1) {
+#pragma unroll
+    for (int i = 0; i < R; ++i) {
+      if ((i & h) == 0) {
+        const float a = v[i], c = v[i + h];
+        v[i] = __fadd_rn(a, c);
+        v[i + h] = __fsub_rn(a, c);
+      }
+    }
+  }
+}
+// x ← R(x) = (H·(signs ⊙ x))·scale and x ← R⁻¹(x) = signs ⊙ (H·(x·scale)), scale = 1/√D.
+template <int D>
+__device__ __forceinline__ void rotate_forward_in_registers(float (&v)[D / 32], const float* signs, float scale,
+                                                            unsigned lane) {
+#pragma unroll
+  for (int i = 0; i < D / 32; ++i) v[i] = __fmul_rn(v[i], signs[lane + 32 * i]);
+  butterflies_in_registers<D>(v, lane);
+#pragma unroll
+  for (int i = 0; i < D / 32; ++i) v[i] = __fmul_rn(v[i], scale);
+}
+template <int D>
+__device__ __forceinline__ void rotate_inverse_in_registers(float (&v)[D / 32], const float* signs, float scale,
+                                                            unsigned lane) {
+#pragma unroll
+  for (int i = 0; i < D / 32; ++i) v[i] = __fmul_rn(v[i], scale);
+  butterflies_in_registers<D>(v, lane);
+#pragma unroll
+  for (int i = 0; i < D / 32; ++i) v[i] = __fmul_rn(v[i], signs[lane + 32 * i]);
 }
 #endif
 
