@@ -35,7 +35,8 @@ constexpr unsigned kGroup = kDecodeGroup;
 #endif
 constexpr unsigned kKeyCopies = KVC_DECODE_KEY_COPIES;
 constexpr unsigned kQuadCopies = 16;
-static_assert(kKeyCopies >= 1 && kKeyCopies <= 32 && (kKeyCopies & (kKeyCopies - 1)) == 0, "power of two ≤ 32");
+static_assert(kKeyCopies >= 4 && kKeyCopies <= 32 && (kKeyCopies & (kKeyCopies - 1)) == 0,
+              "a power of two from 4 (an entry fills whole 16-byte stores) to 32");
 
 __device__ inline std::uint32_t exact_begin(std::uint32_t length, std::uint32_t window_begin, std::uint32_t w) {
   if (w == 0) return length;
@@ -168,6 +169,20 @@ __device__ __forceinline__ T lds_at(const void* base, std::uint32_t byte_offset)
 }
 constexpr unsigned round16(unsigned x) { return (x + 15u) & ~15u; }
 
+// Fills a lane-replicated lookup table of `entries` entries of kEntryBytes: entry e is the 16-byte pattern(e)
+// repeated, one 16-byte store each (a quarter of the stores of a word at a time). Every thread of the block runs
+// the same number of iterations, so pattern may shuffle within its warp.
+template <unsigned kBlockSize, unsigned kEntryBytes = 128, typename Pattern>
+__device__ __forceinline__ void fill_replicated(uint4* table, unsigned entries, Pattern pattern) {
+  static_assert(kEntryBytes % 16 == 0, "entries of whole 16-byte stores");
+  constexpr unsigned kPer = kEntryBytes / 16;
+  for (unsigned j0 = 0; j0 < entries * kPer; j0 += kBlockSize) {
+    const unsigned j = j0 + threadIdx.x;
+    const uint4 v = pattern(min(j / kPer, entries - 1u));
+    if (j < entries * kPer) table[j] = v;
+  }
+}
+
 // The fp16 centroid byte tables of dequant2 (decode_coords.hpp): low bytes of the four centroids in one word,
 // high bytes in another.
 __device__ __forceinline__ void byte_tables(const float* centroids, float alpha, std::uint32_t& lo, std::uint32_t& hi) {
@@ -291,6 +306,9 @@ __device__ __noinline__ void merge_if_last(const SplitMerge p, const Tables* tab
   float* x = scratch;                            // [nh][D] merged outputs (rotated space)
   float* stats = scratch + kGroup * D;           // [nh] (max, sum) of the weights
   unsigned* last = reinterpret_cast<unsigned*>(stats + 2 * kGroup);
+  float sign[D / 32];  // R⁻¹'s signs and scale, needed last, loaded while the arrival's atomics are under way
+  detail::load_lane_signs<D>(sign, t.main_signs, lane);
+  const float scale = t.block_scale[0];
   __syncthreads();  // the block's partial is written and the scratch area free
   if (tid == 0) {
     // Release: the fence is cumulative, so after the barrier it orders every thread's partial before the arrival
@@ -358,7 +376,7 @@ __device__ __noinline__ void merge_if_last(const SplitMerge p, const Tables* tab
     float v[D / 32];
 #pragma unroll
     for (int i = 0; i < D / 32; ++i) v[i] = x[h * D + lane + 32 * i];
-    detail::rotate_inverse_in_registers<D>(v, t.main_signs, t.block_scale[0], lane);
+    detail::rotate_inverse_in_registers<D>(v, sign, scale, lane);
     float* out = p.output + (static_cast<std::uint64_t>(seq) * p.q_heads + qh0 + h) * D;
 #pragma unroll
     for (int i = 0; i < D / 32; ++i) out[lane + 32 * i] = v[i];
@@ -427,6 +445,28 @@ __global__ void __launch_bounds__(Shape<D, CB, VB>::threads, (decode_min_blocks<
   const std::uint32_t qh0 = kvh * p.group + hg * kGroup;
   const std::uint32_t nh = min(kGroup, p.group - hg * kGroup);
 
+  // The prologue's global inputs are loaded here, before anything waits on one of them, so that their latencies
+  // overlap: before, the centroids, the query rows and the rotations' signs were each loaded where they were
+  // needed, a chain of global-memory waits and block barriers that took about a quarter of a batch-1 call.
+  // Warp w prepares the query rows of heads w, w + kWarps, …; lane k holds the centroids of code k.
+  constexpr unsigned kWarpHeads = kGroup / kWarps;
+  static_assert(kGroup % kWarps == 0, "every warp prepares the same number of query heads");
+  float q_in[kWarpHeads][D / 32];
+#pragma unroll
+  for (unsigned k = 0; k < kWarpHeads; ++k) {
+    const unsigned hh = warp + k * kWarps;
+    const float* q = p.queries + (static_cast<std::uint64_t>(seq) * p.q_heads + qh0 + min(hh, nh - 1u)) * D;
+#pragma unroll
+    for (int i = 0; i < D / 32; ++i) q_in[k][i] = hh < nh ? q[lane + 32 * i] : 0.0f;
+  }
+  float main_sign[D / 32], qjl_sign[D / 32];
+  detail::load_lane_signs<D>(main_sign, t.main_signs, lane);
+  if (qjl) detail::load_lane_signs<D>(qjl_sign, t.qjl_signs, lane);
+  const float rotation_scale = t.block_scale[0], key_lut_scale = t.key_lut_scale, qjl_scale = t.qjl_scale;
+  const float key_centroid = t.key_centroids[lane & ((1u << CB) - 1u)];
+  const float value_centroid = t.value_centroids[lane & ((1u << VB) - 1u)];
+  const float value_lut_scale = t.value_lut_scale;
+
   if (begin >= end) {
     for (std::uint32_t i = tid; i < nh * D; i += kBlockSize) {
       const std::uint64_t part = (static_cast<std::uint64_t>(seq) * p.q_heads + qh0 + i / D) * (p.splits + 1) + split;
@@ -485,41 +525,41 @@ __global__ void __launch_bounds__(Shape<D, CB, VB>::threads, (decode_min_blocks<
   // Lookup tables from packed code groups to fp16 centroids (low half = lower coordinate) for 3- to 5-bit
   // codes (2-bit codes use register tables, dequant2): a pair of coordinates (3 bits) or one (4, 5 bits);
   // signs: 4 bits -> four ±1 (one 64-bit lookup: fewer instructions than decoding the bits with ALU operations).
-  // The scaled centroids are rounded to fp16 once and staged in shared memory, so the table loops read shared
-  // memory instead of waiting on global loads (the same bits as converting each product per entry). They sit in
-  // the query-fragment area, which is written only after the prologue's next block-wide barrier.
+  // Every table is made of entries of 16-byte patterns repeated (fill_replicated; 128 bytes but for 4-bit keys
+  // with fewer than 32 copies); a pattern's
+  // fp16 centroids come from the lanes that hold them (lane k: code k's).
   {
     constexpr unsigned km = (1u << CB) - 1u, vm = (1u << VB) - 1u;
     constexpr unsigned nk = S::pair_keys ? (1u << (2 * CB)) : (1u << CB);
     constexpr unsigned nv = S::pair_values ? (1u << (2 * VB)) : (1u << VB);
-    std::uint16_t* hk = reinterpret_cast<std::uint16_t*>(qfrag);  // [2^CB] keys
-    std::uint16_t* hv = hk + 32;                                   // [2^VB] values
-    if (tid < (1u << CB)) hk[tid] = __half_as_ushort(__float2half_rn(t.key_lut_scale * t.key_centroids[tid]));
-    if (tid < (1u << VB)) hv[tid] = __half_as_ushort(__float2half_rn(t.value_lut_scale * t.value_centroids[tid]));
-    __syncthreads();
     auto halves = [](std::uint32_t lo, std::uint32_t hi) { return lo | (hi << 16); };
+    const std::uint32_t key_half = __half_as_ushort(__float2half_rn(key_lut_scale * key_centroid));
+    const std::uint32_t value_half = __half_as_ushort(__float2half_rn(value_lut_scale * value_centroid));
+    auto key = [&](unsigned code) { return __shfl_sync(0xffffffffu, key_half, code); };
+    auto value = [&](unsigned code) { return __shfl_sync(0xffffffffu, value_half, code); };
+    uint4* lk = reinterpret_cast<uint4*>(lut_k);
     if constexpr (S::quad_keys) {
-      uint2* lut = reinterpret_cast<uint2*>(lut_k);
-      for (unsigned i = tid; i < 256 * kQuadCopies; i += kBlockSize) {
-        const unsigned e = i / kQuadCopies;
-        lut[i] = make_uint2(halves(hk[e & 3u], hk[(e >> 2) & 3u]), halves(hk[(e >> 4) & 3u], hk[e >> 6]));
-      }
+      static_assert(8u * kQuadCopies == 128u, "2-bit key entries are 128 bytes");
+      fill_replicated<kBlockSize>(lk, 256u, [&](unsigned e) {
+        const std::uint32_t x = halves(key(e & 3u), key((e >> 2) & 3u)), y = halves(key((e >> 4) & 3u), key(e >> 6));
+        return make_uint4(x, y, x, y);
+      });
     } else if constexpr (S::byte_keys) {
-      for (unsigned i = tid; i < 256 * kKeyCopies; i += kBlockSize) {
-        const unsigned e = i / kKeyCopies;
-        lut_k[i] = halves(hk[e & 15u], hk[e >> 4]);
-      }
+      fill_replicated<kBlockSize, 4u * kKeyCopies>(lk, 256u, [&](unsigned e) {
+        const std::uint32_t x = halves(key(e & 15u), key(e >> 4));
+        return make_uint4(x, x, x, x);
+      });
     } else if constexpr (S::lut_k != 0) {
-      for (unsigned i = tid; i < nk * 32; i += kBlockSize) {
-        const unsigned e = i >> 5;
-        lut_k[i] = S::pair_keys ? halves(hk[e & km], hk[e >> CB]) : halves(hk[e], 0u);
-      }
+      fill_replicated<kBlockSize>(lk, nk, [&](unsigned e) {
+        const std::uint32_t x = S::pair_keys ? halves(key(e & km), key(e >> CB)) : halves(key(e), 0u);
+        return make_uint4(x, x, x, x);
+      });
     }
     if constexpr (S::lut_v != 0) {
-      for (unsigned i = tid; i < nv * 32; i += kBlockSize) {
-        const unsigned e = i >> 5;
-        lut_v[i] = S::pair_values ? halves(hv[e & vm], hv[e >> VB]) : halves(hv[e], 0u);
-      }
+      fill_replicated<kBlockSize>(reinterpret_cast<uint4*>(lut_v), nv, [&](unsigned e) {
+        const std::uint32_t x = S::pair_values ? halves(value(e & vm), value(e >> VB)) : halves(value(e), 0u);
+        return make_uint4(x, x, x, x);
+      });
     }
   }
 
@@ -533,18 +573,19 @@ __global__ void __launch_bounds__(Shape<D, CB, VB>::threads, (decode_min_blocks<
   {
     float* qrot = reinterpret_cast<float*>(main_area + (kStages - 1) * stage_bytes);  // behind the stages in flight
     float* qjlb = qrot + kGroup * D;
-    for (unsigned hh = warp; hh < kGroup; hh += kWarps) {
+#pragma unroll
+    for (unsigned k = 0; k < kWarpHeads; ++k) {
+      const unsigned hh = warp + k * kWarps;
       float* row = qrot + hh * D;
       float* rowj = qjlb + hh * D;
       // Coordinate lane + 32i in v[i]; a block's unused head columns stay zero (rotating zeros gives zeros).
       float v[D / 32], vj[D / 32];
-      const float* q = p.queries + (static_cast<std::uint64_t>(seq) * p.q_heads + qh0 + hh) * D;
 #pragma unroll
-      for (int i = 0; i < D / 32; ++i) v[i] = hh < nh ? q[lane + 32 * i] : 0.0f;
-      if (hh < nh) detail::rotate_forward_in_registers<D>(v, t.main_signs, t.block_scale[0], lane);
+      for (int i = 0; i < D / 32; ++i) v[i] = q_in[k][i];
+      if (hh < nh) detail::rotate_forward_in_registers<D>(v, main_sign, rotation_scale, lane);
 #pragma unroll
       for (int i = 0; i < D / 32; ++i) vj[i] = v[i];
-      if (qjl && hh < nh) detail::rotate_forward_in_registers<D>(vj, t.qjl_signs, t.block_scale[0], lane);
+      if (qjl && hh < nh) detail::rotate_forward_in_registers<D>(vj, qjl_sign, rotation_scale, lane);
       float mr = 0.0f, mj = 0.0f;
 #pragma unroll
       for (int i = 0; i < D / 32; ++i) {
@@ -565,8 +606,8 @@ __global__ void __launch_bounds__(Shape<D, CB, VB>::threads, (decode_min_blocks<
         rowj[lane + 32 * i] = vj[i] * ij;
       }
       if (lane == 0) {
-        qscale[2 * hh] = mr / t.key_lut_scale;
-        qscale[2 * hh + 1] = mj * t.qjl_scale;
+        qscale[2 * hh] = mr / key_lut_scale;
+        qscale[2 * hh + 1] = mj * qjl_scale;
       }
     }
     __syncthreads();
@@ -907,7 +948,7 @@ __global__ void __launch_bounds__(Shape<D, CB, VB>::threads, (decode_min_blocks<
   }
   float* mw = mo + warp * kGroup * S::merge_row;
   auto merge_at = [](unsigned row, unsigned j) { return row * S::merge_row + j + j / (D / 8); };
-  vscale /= t.value_lut_scale;
+  vscale /= value_lut_scale;
   if (writer) {
 #pragma unroll
     for (int jb = 0; jb < D / 16; ++jb) {

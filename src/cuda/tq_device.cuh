@@ -120,24 +120,32 @@ __device__ __forceinline__ void butterflies_in_registers(float (&v)[D / 32], uns
     }
   }
 }
-// x ← R(x) = (H·(signs ⊙ x))·scale and x ← R⁻¹(x) = signs ⊙ (H·(x·scale)), scale = 1/√D.
+// A lane's signs of a rotation, sign[i] of coordinate lane + 32i (loaded ahead of the rotation, so that the
+// load's latency overlaps other work).
 template <int D>
-__device__ __forceinline__ void rotate_forward_in_registers(float (&v)[D / 32], const float* signs, float scale,
-                                                            unsigned lane) {
+__device__ __forceinline__ void load_lane_signs(float (&sign)[D / 32], const float* signs, unsigned lane) {
 #pragma unroll
-  for (int i = 0; i < D / 32; ++i) v[i] = __fmul_rn(v[i], signs[lane + 32 * i]);
+  for (int i = 0; i < D / 32; ++i) sign[i] = signs[lane + 32 * i];
+}
+// x ← R(x) = (H·(signs ⊙ x))·scale and x ← R⁻¹(x) = signs ⊙ (H·(x·scale)), scale = 1/√D; `sign` from
+// load_lane_signs.
+template <int D>
+__device__ __forceinline__ void rotate_forward_in_registers(float (&v)[D / 32], const float (&sign)[D / 32],
+                                                            float scale, unsigned lane) {
+#pragma unroll
+  for (int i = 0; i < D / 32; ++i) v[i] = __fmul_rn(v[i], sign[i]);
   butterflies_in_registers<D>(v, lane);
 #pragma unroll
   for (int i = 0; i < D / 32; ++i) v[i] = __fmul_rn(v[i], scale);
 }
 template <int D>
-__device__ __forceinline__ void rotate_inverse_in_registers(float (&v)[D / 32], const float* signs, float scale,
-                                                            unsigned lane) {
+__device__ __forceinline__ void rotate_inverse_in_registers(float (&v)[D / 32], const float (&sign)[D / 32],
+                                                            float scale, unsigned lane) {
 #pragma unroll
   for (int i = 0; i < D / 32; ++i) v[i] = __fmul_rn(v[i], scale);
   butterflies_in_registers<D>(v, lane);
 #pragma unroll
-  for (int i = 0; i < D / 32; ++i) v[i] = __fmul_rn(v[i], signs[lane + 32 * i]);
+  for (int i = 0; i < D / 32; ++i) v[i] = __fmul_rn(v[i], sign[i]);
 }
 #endif
 
