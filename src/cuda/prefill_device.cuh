@@ -237,56 +237,79 @@ struct BlockRange {
 
 // Query preparation: one warp per row; q_rot = R_p q (and q_jl = R_j q_rot), scaled to max |x| = 2^10, split
 // into fp16 hi + lo and handed to store(part, row, column j (even), hi, lo) as half2 pairs of columns j, j + 1.
-// Scratch: 2·D floats per warp. rowfac_c / rowfac_s get the per-row factors that undo the scaling (with 1/α of
-// the key table, and √(π/2d) for the QJL part).
+// rowfac_c / rowfac_s get the per-row factors that undo the scaling (with 1/α of the key table, and √(π/2d) for
+// the QJL part). A warp holds a row's coordinate lane + 32i in register i and rotates it there
+// (rotate_forward_in_registers: the operations of warp_rotate_forward in its order, so the same bits); the rows of
+// kBatch of its rows are loaded before any is rotated, so their global-memory latencies overlap.
 template <int D, bool QJL, unsigned kWarps, unsigned kRows, typename Store>
-__device__ inline void prepare_queries(const PrefillParams& p, const Tables& t, const BlockRange& b, float* scratch,
+__device__ inline void prepare_queries(const PrefillParams& p, const Tables& t, const BlockRange& b,
                                        float* rowfac_c, float* rowfac_s, Store&& store) {
+  constexpr int R = D / 32;
+  constexpr unsigned kBatch = D <= 128 ? 4u : 2u;  // rows whose loads are in flight together (R registers each)
   const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
-  float* x = scratch + warp * 2u * D;
-  float* y = x + D;
-  for (unsigned r = warp; r < kRows; r += kWarps) {
-    const std::uint32_t tl = r / b.hb, hl = r % b.hb;
-    if (b.row_valid(r, p)) {
-      const std::uint32_t qh = b.kvh * p.group + b.hg * b.hb + hl;
-      const float* q = p.queries + ((b.row_base + b.tok0 + tl) * p.q_heads + qh) * D;
-      for (unsigned j = lane; j < D; j += 32) x[j] = q[j];
-      __syncwarp();
-      warp_rotate_forward(x, t, t.main_signs, lane);
-      if constexpr (QJL) {
-        for (unsigned j = lane; j < D; j += 32) y[j] = x[j];
-        __syncwarp();
-        warp_rotate_forward(y, t, t.qjl_signs, lane);
+  float main_sign[R], qjl_sign[R];
+  load_lane_signs<D>(main_sign, t.main_signs, lane);
+  if constexpr (QJL) load_lane_signs<D>(qjl_sign, t.qjl_signs, lane);
+  const float rotation_scale = t.block_scale[0];
+  const float key_lut_scale = t.key_lut_scale, qjl_scale = t.qjl_scale;
+  for (unsigned r0 = warp; r0 < kRows; r0 += kBatch * kWarps) {
+    float q[kBatch][R];
+#pragma unroll
+    for (unsigned k = 0; k < kBatch; ++k) {
+      const unsigned r = r0 + k * kWarps;
+      const bool valid = r < kRows && b.row_valid(r, p);
+      const float* src = p.queries;
+      if (valid) {
+        const std::uint32_t qh = b.kvh * p.group + b.hg * b.hb + r % b.hb;
+        src = p.queries + ((b.row_base + b.tok0 + r / b.hb) * p.q_heads + qh) * D;
       }
-    } else {
-      for (unsigned j = lane; j < D; j += 32) {
-        x[j] = 0.0f;
-        y[j] = 0.0f;
-      }
-      __syncwarp();
+#pragma unroll
+      for (int i = 0; i < R; ++i) q[k][i] = valid ? src[lane + 32 * i] : 0.0f;
     }
-    for (int part = 0; part < (QJL ? 2 : 1); ++part) {
-      const float* v = part == 0 ? x : y;
-      float mx = 0.0f;
-      for (unsigned j = lane; j < D; j += 32) mx = fmaxf(mx, fabsf(v[j]));
-      for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-      const float s = mx > 0.0f ? mx : 1.0f;
-      const float f = kQScale / s;
-      for (unsigned jp = lane; jp < D / 2; jp += 32) {
-        const unsigned j = 2u * jp;
-        std::uint32_t h, l;
-        split_pair(v[j] * f, v[j + 1] * f, h, l);
-        store(part, r, j, h, l);
+#pragma unroll
+    for (unsigned k = 0; k < kBatch; ++k) {
+      const unsigned r = r0 + k * kWarps;
+      if (r >= kRows) break;
+      const bool valid = b.row_valid(r, p);
+      float v[R], vj[R];
+#pragma unroll
+      for (int i = 0; i < R; ++i) v[i] = q[k][i];
+      if (valid) rotate_forward_in_registers<D>(v, main_sign, rotation_scale, lane);
+      if constexpr (QJL) {
+#pragma unroll
+        for (int i = 0; i < R; ++i) vj[i] = v[i];
+        if (valid) rotate_forward_in_registers<D>(vj, qjl_sign, rotation_scale, lane);
       }
-      if (lane == 0) {
-        if (part == 0) {
-          rowfac_c[r] = s / kQScale * p.scale_log2 / t.key_lut_scale;
-        } else {
-          rowfac_s[r] = s / kQScale * p.scale_log2 * t.qjl_scale;
+#pragma unroll
+      for (int part = 0; part < (QJL ? 2 : 1); ++part) {
+        float* x = part == 0 ? v : vj;
+        float mx = 0.0f;
+#pragma unroll
+        for (int i = 0; i < R; ++i) mx = fmaxf(mx, fabsf(x[i]));
+        for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+        const float sc = mx > 0.0f ? mx : 1.0f;
+        const float f = kQScale / sc;
+        // Columns j, j + 1 (j even) sit in lanes j and j + 1: the even lane stores registers 0, 2, …, the odd
+        // lane 1, 3, …, each with its neighbour's value.
+#pragma unroll
+        for (int i = 0; i < R; ++i) {
+          const float other = __shfl_xor_sync(0xffffffffu, x[i], 1);
+          if ((lane & 1u) == static_cast<unsigned>(i & 1)) {
+            const bool even = (lane & 1u) == 0u;
+            std::uint32_t h, l;
+            split_pair((even ? x[i] : other) * f, (even ? other : x[i]) * f, h, l);
+            store(part, r, (lane & ~1u) + 32u * i, h, l);
+          }
+        }
+        if (lane == 0) {
+          if (part == 0) {
+            rowfac_c[r] = sc / kQScale * p.scale_log2 / key_lut_scale;
+          } else {
+            rowfac_s[r] = sc / kQScale * p.scale_log2 * qjl_scale;
+          }
         }
       }
     }
-    __syncwarp();
   }
 }
 
@@ -301,14 +324,20 @@ __device__ inline void finish_rows(const PrefillParams& p, const Tables& t, cons
   const float* wkeys = reinterpret_cast<const float*>(p.layer + p.window_keys);
   const float* wvals = reinterpret_cast<const float*>(p.layer + p.window_values);
   const std::uint64_t ring0 = (static_cast<std::uint64_t>(b.seq) * p.kv_heads + b.kvh) * p.window;
+  float main_sign[D / 32];
+  load_lane_signs<D>(main_sign, t.main_signs, lane);
+  const float rotation_scale = t.block_scale[0];
   for (unsigned r = warp; r < kRows; r += kWarps) {
     const std::uint32_t tl = r / b.hb, hl = r % b.hb;
     if (!b.row_valid(r, p)) continue;
     const std::uint32_t qh = b.kvh * p.group + b.hg * b.hb + hl;
     const std::uint64_t grow = b.row_base + b.tok0 + tl;
     const std::uint64_t pos = static_cast<std::uint64_t>(b.first) + b.tok0 + tl;
-    float* x = obuf + r * D;
-    warp_rotate_inverse(x, t, t.main_signs, lane);
+    // R_p⁻¹ in registers (the operations of warp_rotate_inverse in its order): coordinate lane + 32i in x[i].
+    float x[D / 32];
+#pragma unroll
+    for (unsigned i = 0; i < D / 32; ++i) x[i] = obuf[r * D + lane + 32u * i];
+    rotate_inverse_in_registers<D>(x, main_sign, rotation_scale, lane);
     const float mm = row_m[r], lm = row_l[r];
     float mw = -INFINITY, lw = 0.0f;
     float accw[D / 32];
@@ -348,7 +377,7 @@ __device__ inline void finish_rows(const PrefillParams& p, const Tables& t, cons
 #pragma unroll
     for (unsigned i = 0; i < D / 32; ++i) {
       const unsigned j = lane + 32u * i;
-      out[j] = (x[j] * wm + accw[i] * ww) * inv;
+      out[j] = (x[i] * wm + accw[i] * ww) * inv;
     }
     __syncwarp();
   }

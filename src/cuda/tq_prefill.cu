@@ -54,7 +54,6 @@ struct Cfg {
   // Two resident blocks when their shared memory fits (228 KB per multiprocessor, 1 KB reserved per block);
   // the register limit of __launch_bounds__ follows.
   static constexpr unsigned kMinBlocks = (kWarps <= 8 && 2u * (total + 1024u) <= 228u * 1024u) ? 2u : 1u;
-  static_assert(kWarps * 2u * D * 4u <= tiles, "query preparation scratch must fit in the tile area");
   static_assert(total <= 227u * 1024u, "shared memory of one block");
 };
 
@@ -138,9 +137,9 @@ __global__ void __launch_bounds__(Cfg<D, QJL>::kThreads, Cfg<D, QJL>::kMinBlocks
     misc[1] = 1.0f;  // rescale R_old / R_new of the current tile
   }
 
-  // Query rows, scattered into fragment order; scratch rows live in the tile area.
+  // Query rows, scattered into fragment order.
   prepare_queries<D, QJL, C::kWarps, kRows>(
-      p, t, blk, reinterpret_cast<float*>(kt), rowfac_c, rowfac_s,
+      p, t, blk, rowfac_c, rowfac_s,
       [&](int part, unsigned r, unsigned j, std::uint32_t h, std::uint32_t l) {
         const unsigned wi = frag_word<D>(r, j);
         (part == 0 ? qhi : jhi)[wi] = h;

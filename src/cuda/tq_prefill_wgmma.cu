@@ -90,7 +90,6 @@ constexpr unsigned kSmemBytes = sizeof(Smem) + 1024;  // + alignment slack
 static_assert(kSmemBytes <= 227 * 1024, "one block per multiprocessor");
 static_assert(2 * kQBytes >= kRows * D * 4, "the epilogue rows fit in the query area");
 static_assert(kConsumers >= 1 && kConsumers <= 3 && kStages >= 2, "block shape");
-static_assert(kWarps * 2 * D * 4 <= kTileBytes, "query preparation scratch fits in a tile buffer");
 static_assert(Staged::bytes % 16 == 0, "staging buffers stay 16-byte aligned");
 
 // Keys (or values) of one staged tile → the SW128 fp16 tile, by the producer warpgroup (thread pt): chunk c =
@@ -263,14 +262,14 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(PrefillParam
   // positive and a row's largest score is its factor times its largest S · n_k.
   const std::uint32_t neg = p.scale_log2 < 0.0f ? 0x80008000u : 0u;
   prepare_queries<D, false, kWarps, kRows>(
-      p, t, blk, reinterpret_cast<float*>(sm.k[0]), sm.rowfac_c, sm.rowfac_s,
+      p, t, blk, sm.rowfac_c, sm.rowfac_s,
       [&](int, unsigned r, unsigned j, std::uint32_t h, std::uint32_t l) {
         const unsigned off = sw128_offset(r, j, kRows);
         *reinterpret_cast<std::uint32_t*>(sm.qhi + off) = h ^ neg;
         *reinterpret_cast<std::uint32_t*>(sm.qlo + off) = l ^ neg;
       });
   fence_shared_for_async();
-  __syncthreads();  // queries, tables, row limits and the mbarriers are ready; the query scratch (k[0]) is free
+  __syncthreads();  // queries, tables, row limits and the mbarriers are ready
 
   if (producer) {
     if constexpr (kMoveRegisters) asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
