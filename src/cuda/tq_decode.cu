@@ -525,9 +525,9 @@ __global__ void __launch_bounds__(Shape<D, CB, VB>::threads, (decode_min_blocks<
   // Lookup tables from packed code groups to fp16 centroids (low half = lower coordinate) for 3- to 5-bit
   // codes (2-bit codes use register tables, dequant2): a pair of coordinates (3 bits) or one (4, 5 bits);
   // signs: 4 bits -> four ±1 (one 64-bit lookup: fewer instructions than decoding the bits with ALU operations).
-  // Every table is made of entries of 16-byte patterns repeated (fill_replicated; 128 bytes but for 4-bit keys
-  // with fewer than 32 copies); a pattern's
-  // fp16 centroids come from the lanes that hold them (lane k: code k's).
+  // Every table is made of entries that repeat a 16-byte pattern (fill_replicated; 128-byte entries, except for
+  // 4-bit keys with fewer than 32 copies); a pattern's fp16 centroids come by shuffle from the lanes that hold
+  // them (lane k holds code k's), so no staging in shared memory and no barrier precede the tables.
   {
     constexpr unsigned km = (1u << CB) - 1u, vm = (1u << VB) - 1u;
     constexpr unsigned nk = S::pair_keys ? (1u << (2 * CB)) : (1u << CB);
