@@ -13,6 +13,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bench_util.hpp"
@@ -36,12 +37,14 @@ using bench::take;
 
 int main(int argc, char** argv) {
   std::string csv_path, only_mode;
-  bool quick = false;
+  bool quick = false, sweep_splits = false;
   unsigned only_ctx = 0;
   std::uint32_t chunk = 2048;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--csv") == 0 && i + 1 < argc) csv_path = argv[++i];
     if (std::strcmp(argv[i], "--quick") == 0) quick = true;
+    // --sweep-splits: the warpgroup kernel at every key split count (1 … kMaxPrefillKeySplits) beside the plan's.
+    if (std::strcmp(argv[i], "--sweep-splits") == 0) sweep_splits = true;
     if (std::strcmp(argv[i], "--chunk") == 0 && i + 1 < argc) chunk = static_cast<std::uint32_t>(std::atoi(argv[++i]));
     // --only MODE CONTEXT: one case (HiLo) and nothing else (for the profiler).
     if (std::strcmp(argv[i], "--only") == 0 && i + 2 < argc) {
@@ -102,32 +105,37 @@ int main(int argc, char** argv) {
         auto plan = take(cuda::tq::plan_prefill(layout, mode.config, q_heads, chunk, length, props.multiprocessors,
                                                 precision),
                          "plan_prefill");
-        std::vector<cuda::tq::PrefillPlan> plans = {plan};
-        if (plan.key_splits > 1) {
-          // The same kernel without the key split, for the comparison in the same run ("wg-nosplit").
-          cuda::tq::PrefillPlan whole = plan;
-          whole.key_splits = 1;
-          whole.workspace_bytes = 0;
-          plans.push_back(whole);
+        // (plan, kernel column): the plan's choice, then what it is compared with in the same run.
+        std::vector<std::pair<cuda::tq::PrefillPlan, std::string>> plans = {{plan, "warpgroup"}};
+        if (plan.kernel == cuda::tq::PrefillKernel::Portable) plans[0].second = "portable";
+        if (plan.kernel == cuda::tq::PrefillKernel::Warpgroup) {
+          // The same kernel with other key splits: unsplit ("wg-nosplit") when the plan splits, every count
+          // with --sweep-splits ("wg-sN").
+          for (std::uint32_t s = 1; s <= cuda::tq::kMaxPrefillKeySplits; ++s) {
+            if (s == plan.key_splits || (!sweep_splits && (s > 1 || plan.key_splits == 1))) continue;
+            auto other = cuda::tq::with_key_splits(plan, s);
+            if (!other) continue;  // more splits than key tiles
+            plans.emplace_back(*other, sweep_splits ? "wg-s" + std::to_string(s) : std::string("wg-nosplit"));
+          }
+          if (!only) {
+            plans.emplace_back(take(cuda::tq::plan_prefill(layout, mode.config, q_heads, chunk, length,
+                                                           props.multiprocessors, precision,
+                                                           cuda::tq::PrefillKernel::Portable),
+                                    "plan_prefill (portable)"),
+                               "portable");
+          }
         }
-        if (plan.kernel == cuda::tq::PrefillKernel::Warpgroup && !only) {
-          plans.push_back(take(cuda::tq::plan_prefill(layout, mode.config, q_heads, chunk, length,
-                                                      props.multiprocessors, precision,
-                                                      cuda::tq::PrefillKernel::Portable),
-                               "plan_prefill (portable)"));
-        }
-        auto workspace = take(cuda::DeviceBuffer::allocate(std::max<std::uint64_t>(plan.workspace_bytes, 16)),
-                              "allocate workspace");
-        for (const cuda::tq::PrefillPlan& kplan : plans) {
+        std::uint64_t workspace_bytes = 16;
+        for (const auto& [kplan, kname] : plans) workspace_bytes = std::max(workspace_bytes, kplan.workspace_bytes);
+        auto workspace = take(cuda::DeviceBuffer::allocate(workspace_bytes), "allocate workspace");
+        for (const auto& [kplan, kname_str] : plans) {
           const int iters = ctx >= 131072 ? 8 : 15;
           const double us = median_us(2, only ? 3 : iters, [&] {
             BENCH_CHECK(cuda::tq::prefill_attention(kplan, dcodec, layer.data(), args, workspace.data()));
           });
           const double tflops = flops / (us * 1e6);
           const char* pname = precision == cuda::tq::PrefillPrecision::HiLo ? "hilo" : "fast";
-          const char* kname = kplan.kernel == cuda::tq::PrefillKernel::Portable ? "portable"
-                              : kplan.key_splits == plan.key_splits     ? "warpgroup"
-                                                                        : "wg-nosplit";
+          const char* kname = kname_str.c_str();
           std::printf("%-12s %-5s %-10s %7u %6u %10.1f %8.1f %7u %5d %6u\n", mode.name, pname, kname, ctx, chunk,
                       us, tflops, kplan.block_rows, kplan.blocks_per_sm, kplan.key_splits);
           if (csv != nullptr) {

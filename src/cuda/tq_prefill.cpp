@@ -9,6 +9,7 @@
 #include "attention_checks.hpp"
 #include "check.hpp"
 #include "prefill_params.hpp"
+#include "prefill_split.hpp"
 
 namespace kvcompact::cuda::tq {
 
@@ -16,37 +17,13 @@ namespace {
 constexpr std::uint64_t kMaxGridYZ = 65535;
 constexpr std::uint64_t kMaxGridX = 2147483647;
 constexpr std::uint32_t kKeyTile = 64;      // key tokens per tile of the warpgroup kernel
-constexpr std::uint32_t kMaxKeySplits = 4;  // bounds the workspace (a partial per split and query tile)
 
 // Query tiles (blocks before any key split) of a launch of `entries` batch entries: the key split's units, each
 // with its partials and counter in the workspace (entry-major, so a smaller launch uses the first ones).
 std::uint64_t query_tiles(const PrefillPlan& plan, std::uint64_t entries) {
   return entries * plan.layout.kv_heads * plan.head_groups * plan.tiles;
 }
-
-// Key splits for `units` query tiles of `key_tiles` key tiles each on `slots` resident blocks: blocks run in
-// whole waves, and a block costs a fixed ≈ 22 key tiles (query preparation, filling the ring, the epilogue; fitted
-// on the H200 from 2048-token chunks over 8K keys: 1790 µs unsplit in 3 waves, 1992 µs in 3 splits and 8 waves)
-// plus its key tiles plus, with splits, ≈ 0.1 tile per split for its partial and the merge. The smallest count
-// with the lowest cost wins: 2048 rows x 8 KV heads (344 query tiles of 192 rows) over 32K keys on 132
-// multiprocessors take 3 splits (8 waves of 182 + 22 tiles instead of 3 waves of 544 + 22, the last one 61 %
-// full; measured 1.9 % faster); over 8K keys none.
-std::uint32_t choose_key_splits(std::uint64_t units, std::uint64_t slots, std::uint64_t key_tiles) {
-  constexpr double kFixedTiles = 22.0;
-  std::uint32_t best = 1;
-  double best_cost = 0.0;
-  for (std::uint32_t s = 1; s <= kMaxKeySplits; ++s) {
-    if (s > key_tiles) break;  // at least one key tile per split
-    const double waves = static_cast<double>((units * s + slots - 1) / slots);
-    const double per_block = kFixedTiles + static_cast<double>((key_tiles + s - 1) / s) + (s > 1 ? 0.1 * s : 0.0);
-    const double cost = waves * per_block;
-    if (s == 1 || cost < best_cost) {
-      best = s;
-      best_cost = cost;
-    }
-  }
-  return best;
-}
+std::uint64_t key_tiles(const PrefillPlan& plan) { return (std::uint64_t{plan.max_length} + kKeyTile - 1) / kKeyTile; }
 }  // namespace
 
 bool prefill_supported(std::uint32_t head_dim, const kvcompact::tq::QuantConfig& config) {
@@ -127,19 +104,45 @@ Result<PrefillPlan> plan_prefill(const LayerLayout& layout, const kvcompact::tq:
     plan.blocks_per_sm = detail::prefill_blocks_per_sm(layout.head_dim, qjl, split_p);
   }
   plan.max_batch = max_batch;
-  plan.key_splits = 1;
-  plan.workspace_bytes = 0;
+  std::uint32_t splits = 1;
   if (use_wgmma && plan.blocks_per_sm > 0) {
-    const std::uint64_t units = query_tiles(plan, max_batch);
     const std::uint64_t slots = static_cast<std::uint64_t>(multiprocessors) * plan.blocks_per_sm;
-    plan.key_splits = choose_key_splits(units, slots, (std::uint64_t{max_length} + kKeyTile - 1) / kKeyTile);
-    if (tiles * plan.key_splits > kMaxGridX) plan.key_splits = 1;
-    if (plan.key_splits > 1) {
-      const std::uint64_t partial_bytes = std::uint64_t{detail::prefill_wgmma_partial_floats()} * 4u;
-      plan.workspace_bytes = units * plan.key_splits * partial_bytes + units * 4u;  // partials, then counters
-    }
+    splits = detail::choose_key_splits(query_tiles(plan, max_batch), slots, key_tiles(plan), kMaxPrefillKeySplits);
+    if (tiles * splits > kMaxGridX) splits = 1;
   }
+  return with_key_splits(plan, splits);
   return plan;
+}
+
+Result<PrefillPlan> with_key_splits(const PrefillPlan& plan, std::uint32_t key_splits) {
+  if (plan.block_rows == 0 || plan.tiles == 0) {
+    return make_error(ErrorCode::InvalidArgument, "with_key_splits needs a plan from plan_prefill");
+  }
+  if (key_splits == 0 || key_splits > kMaxPrefillKeySplits) {
+    return make_error(ErrorCode::InvalidArgument, "key_splits {} must be in [1, {}]", key_splits,
+                      kMaxPrefillKeySplits);
+  }
+  if (key_splits > 1 && plan.kernel != PrefillKernel::Warpgroup) {
+    return make_error(ErrorCode::Unsupported, "only the warpgroup prefill kernel splits the keys ({} asked for)",
+                      key_splits);
+  }
+  if (key_splits > key_tiles(plan)) {
+    return make_error(ErrorCode::OutOfRange, "{} key splits for max_length {}: at most one split per {}-token tile",
+                      key_splits, plan.max_length, kKeyTile);
+  }
+  if (std::uint64_t{plan.tiles} * key_splits > kMaxGridX) {
+    return make_error(ErrorCode::OutOfRange, "prefill grid of {} x {} blocks exceeds the CUDA limit", plan.tiles,
+                      key_splits);
+  }
+  PrefillPlan out = plan;
+  out.key_splits = key_splits;
+  out.workspace_bytes = 0;
+  if (key_splits > 1) {
+    const std::uint64_t units = query_tiles(out, out.max_batch);
+    const std::uint64_t partial_bytes = std::uint64_t{detail::prefill_wgmma_partial_floats()} * 4u;
+    out.workspace_bytes = units * key_splits * partial_bytes + units * 4u;  // partials, then counters
+  }
+  return out;
 }
 
 Status prefill_attention(const PrefillPlan& plan, const DeviceCodec& codec, const void* layer_data,
@@ -153,7 +156,8 @@ Status prefill_attention(const PrefillPlan& plan, const DeviceCodec& codec, cons
     return make_error(ErrorCode::OutOfRange, "prefill batch of {} entries exceeds the plan's max_batch {}",
                       args.batch, plan.max_batch);
   }
-  if (plan.key_splits == 0 || (plan.key_splits > 1 && plan.kernel != PrefillKernel::Warpgroup)) {
+  if (plan.key_splits == 0 || plan.key_splits > kMaxPrefillKeySplits ||
+      (plan.key_splits > 1 && plan.kernel != PrefillKernel::Warpgroup)) {
     return make_error(ErrorCode::InvalidArgument, "prefill plan with {} key splits for the {} kernel",
                       plan.key_splits, plan.kernel == PrefillKernel::Warpgroup ? "warpgroup" : "portable");
   }

@@ -54,7 +54,7 @@ struct PrefillCase {
   float query_sigma = 1.0f;  // larger: sharper softmax
   PrefillKernel kernel = PrefillKernel::Auto;
   // Multiprocessors the plan assumes (0: the device's). The warpgroup kernel splits the keys to fill them, so 1
-  // means no split and a large count the most splits the keys allow (up to 4).
+  // means no split and a large count the most splits the keys allow (up to kMaxPrefillKeySplits).
   int multiprocessors = 0;
 };
 
@@ -433,6 +433,26 @@ TEST(CudaPrefill, BadArgumentsAreTypedErrors) {
   EXPECT_GT(split_plan.workspace_bytes, 0u);
   auto big_buffer = take(DeviceBuffer::allocate(layer_buffer_bytes(big)));
   EXPECT_EQ(prefill_attention(split_plan, mse_codec, big_buffer.data(), args, nullptr).error().code,
+            ErrorCode::InvalidArgument);
+  // with_key_splits: counts outside [1, kMaxPrefillKeySplits], more splits than key tiles, the portable kernel,
+  // a plan not from plan_prefill; a valid count sizes the workspace for itself.
+  EXPECT_EQ(with_key_splits(split_plan, 0).error().code, ErrorCode::InvalidArgument);
+  EXPECT_EQ(with_key_splits(split_plan, kMaxPrefillKeySplits + 1).error().code, ErrorCode::InvalidArgument);
+  EXPECT_EQ(with_key_splits(PrefillPlan{}, 2).error().code, ErrorCode::InvalidArgument);
+  auto two_tiles = take(plan_prefill(big, mse, 4, 8, 128, 132));
+  EXPECT_EQ(with_key_splits(two_tiles, 3).error().code, ErrorCode::OutOfRange);
+  auto portable_plan = take(plan_prefill(big, mse, 4, 8, 4096, 132, PrefillPrecision::HiLo, PrefillKernel::Portable));
+  EXPECT_EQ(with_key_splits(portable_plan, 2).error().code, ErrorCode::Unsupported);
+  EXPECT_EQ(take(with_key_splits(portable_plan, 1)).workspace_bytes, 0u);
+  auto unsplit = take(with_key_splits(split_plan, 1));
+  EXPECT_EQ(unsplit.key_splits, 1u);
+  EXPECT_EQ(unsplit.workspace_bytes, 0u);
+  auto five = take(with_key_splits(split_plan, 5));
+  EXPECT_EQ(five.key_splits, 5u);
+  auto three = take(with_key_splits(split_plan, 3));
+  EXPECT_GT(five.workspace_bytes, three.workspace_bytes);
+  five.key_splits = kMaxPrefillKeySplits + 1;  // edited by hand: refused at run time
+  EXPECT_EQ(prefill_attention(five, mse_codec, big_buffer.data(), args, big_buffer.data()).error().code,
             ErrorCode::InvalidArgument);
   // A codec of another mode.
   const QuantConfig other = *QuantConfig::parse("k=mse4,v=mse3,nc");

@@ -48,6 +48,9 @@ struct PrefillPlan {
   std::uint64_t workspace_bytes = 0;
 };
 
+// The most blocks a plan splits each query tile's keys over (bounds the workspace: one partial per split).
+inline constexpr std::uint32_t kMaxPrefillKeySplits = 8;
+
 // multiprocessors: of the device that will run it (device_properties().multiprocessors): the key split fills
 // its waves. max_batch: the most entries a launch with this plan may have (PrefillArgs::batch).
 // Errors: InvalidArgument (q_heads not a positive multiple of kv_heads, max_rows 0, max_batch 0 or above 65535,
@@ -59,6 +62,14 @@ Result<PrefillPlan> plan_prefill(const LayerLayout& layout, const kvcompact::tq:
                                  std::uint32_t q_heads, std::uint32_t max_rows, std::uint32_t max_length,
                                  int multiprocessors, PrefillPrecision precision = PrefillPrecision::HiLo,
                                  PrefillKernel kernel = PrefillKernel::Auto, std::uint32_t max_batch = 1);
+
+// `plan` with its keys split `key_splits` ways (1 = no split) and the workspace sized for that: for a caller who
+// measured a better count for its shape than plan_prefill's model (the benchmark's `--sweep-splits`). Results
+// differ from another split count's only by float rounding (the splits are merged in split order).
+// Errors: InvalidArgument (a plan not from plan_prefill, key_splits 0 or above kMaxPrefillKeySplits),
+// Unsupported (key_splits > 1 for the portable kernel), OutOfRange (more splits than 64-token key tiles in
+// max_length, or a grid too large).
+Result<PrefillPlan> with_key_splits(const PrefillPlan& plan, std::uint32_t key_splits);
 
 // One launch for a ragged batch: entry i holds rows[i] query rows of cache sequence seqs[i] (or i when seqs is
 // null) at positions first_positions[i] + r, r ∈ [0, rows[i]); row r sees key positions [0, first_positions[i]
