@@ -167,6 +167,18 @@ template <typename T>
 __device__ __forceinline__ T lds_at(const void* base, std::uint32_t byte_offset) {
   return *reinterpret_cast<const T*>(reinterpret_cast<const std::uint8_t*>(base) + byte_offset);
 }
+// The two words of an 8-byte table entry as two 32-bit loads, for MMA operands that take them apart: an MMA
+// wants its A fragment in four consecutive registers (x0.x, x1.x, x0.y, x1.y of two entries), which a 64-bit
+// load's register pair never is, so ptxas adds two moves per 64-bit load. Used for the QJL sign entries (a
+// 128-byte table: conflict-free either way): 27 fewer instructions in the seed kernel's loop, 1.5–3 % faster
+// (docs/benchmarks.md, round 9). Not for the 2-bit keys' entries: their 16 copies put two lanes on each bank
+// for a 32-bit load, and split there (by volatile loads, as ptxas merged plain ones again) it was 4–9 % slower.
+__device__ __forceinline__ uint2 lds_pair_split(const void* base, std::uint32_t byte_offset) {
+  const std::uint32_t a = static_cast<std::uint32_t>(__cvta_generic_to_shared(base)) + byte_offset;
+  uint2 v;
+  asm("ld.shared.u32 %0, [%2];\n\tld.shared.u32 %1, [%2+4];" : "=r"(v.x), "=r"(v.y) : "r"(a));
+  return v;
+}
 constexpr unsigned round16(unsigned x) { return (x + 15u) & ~15u; }
 
 // Fills a lane-replicated lookup table of `entries` entries of kEntryBytes: entry e is the 16-byte pattern(e)
@@ -773,8 +785,8 @@ __global__ void __launch_bounds__(Shape<D, CB, VB>::threads, (decode_min_blocks<
         const uint4 qb = query_fragment(1, kk);
 #pragma unroll
         for (int mt = 0; mt < kMt; ++mt) {
-          const uint2 x0 = lds_at<uint2>(lut_s, field_offset<4, 3>(sg0[mt], 4 * kk, 0u));
-          const uint2 x1 = lds_at<uint2>(lut_s, field_offset<4, 3>(sg1[mt], 4 * kk, 0u));
+          const uint2 x0 = lds_pair_split(lut_s, field_offset<4, 3>(sg0[mt], 4 * kk, 0u));
+          const uint2 x1 = lds_pair_split(lut_s, field_offset<4, 3>(sg1[mt], 4 * kk, 0u));
           mma16816(sh[mt], x0.x, x1.x, x0.y, x1.y, qb.x, qb.y);
           if constexpr (!PACK) mma16816(sl[mt], x0.x, x1.x, x0.y, x1.y, qb.z, qb.w);
         }
