@@ -1,7 +1,7 @@
 // CUDA chunked-prefill attention benchmark: one 2048-token chunk (queries at positions [ctx, ctx + 2048)) over
 // a sequence of ctx cached tokens plus the chunk itself, Llama-3-8B heads (32 query / 8 KV heads, d 128),
 // batch 1, contexts 8K / 32K / 128K, the recommended and the seed mode, both P precisions; where the plan picks
-// the warpgroup kernel (head_dim 128, MSE keys: the recommended mode) the portable one is timed beside it. Layer contents are
+// the warpgroup kernel (head_dim 128: both modes) the portable one is timed beside it. Layer contents are
 // random codes and norms (bench/cuda/fill.cu); times are the median of CUDA-event-timed launches after
 // warm-up. Prints a table and writes CSV (--csv FILE); scripts/gpu/steps/tq_prefill.sh runs it next to the
 // bf16 torch SDPA baseline (scripts/gpu/sdpa_prefill_baseline.py) with the same FLOP count.

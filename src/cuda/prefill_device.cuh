@@ -241,9 +241,14 @@ struct BlockRange {
 // the QJL part). A warp holds a row's coordinate lane + 32i in register i and rotates it there
 // (rotate_forward_in_registers: the operations of warp_rotate_forward in its order, so the same bits); the rows of
 // kBatch of its rows are loaded before any is rotated, so their global-memory latencies overlap.
-template <int D, bool QJL, unsigned kWarps, unsigned kRows, typename Store>
+// kSharedScale (QJL only): the QJL part is scaled by the code part's factor times α·√(π/2d) (the key table's α
+// and the QJL scale) instead of its own, and rowfac_s is not written: the warpgroup kernel adds both parts'
+// products into one accumulator, its sign tiles holding ±ρ (exact in fp16). |q_jl| ≤ ‖q_rot‖₂ ≤ √d · max |q_rot|
+// and α·√(π/2d) < 1 for d ≥ 8 (α < 2), so the part stays below 2¹⁰·√d in fp16.
+template <int D, bool QJL, unsigned kWarps, unsigned kRows, bool kSharedScale = false, typename Store>
 __device__ inline void prepare_queries(const PrefillParams& p, const Tables& t, const BlockRange& b,
                                        float* rowfac_c, float* rowfac_s, Store&& store) {
+  static_assert(QJL || !kSharedScale, "a shared scale needs the QJL part");
   constexpr int R = D / 32;
   constexpr unsigned kBatch = D <= 128 ? 4u : 2u;  // rows whose loads are in flight together (R registers each)
   const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
@@ -280,15 +285,20 @@ __device__ inline void prepare_queries(const PrefillParams& p, const Tables& t, 
         for (int i = 0; i < R; ++i) vj[i] = v[i];
         if (valid) rotate_forward_in_registers<D>(vj, qjl_sign, rotation_scale, lane);
       }
+      float code_sc = 1.0f;
 #pragma unroll
       for (int part = 0; part < (QJL ? 2 : 1); ++part) {
         float* x = part == 0 ? v : vj;
-        float mx = 0.0f;
+        float sc = code_sc;
+        if (part == 0 || !kSharedScale) {
+          float mx = 0.0f;
 #pragma unroll
-        for (int i = 0; i < R; ++i) mx = fmaxf(mx, fabsf(x[i]));
-        for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-        const float sc = mx > 0.0f ? mx : 1.0f;
-        const float f = kQScale / sc;
+          for (int i = 0; i < R; ++i) mx = fmaxf(mx, fabsf(x[i]));
+          for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+          sc = mx > 0.0f ? mx : 1.0f;
+          code_sc = sc;
+        }
+        const float f = kQScale / sc * (kSharedScale && part == 1 ? key_lut_scale * qjl_scale : 1.0f);
         // Columns j, j + 1 (j even) sit in lanes j and j + 1: the even lane stores registers 0, 2, …, the odd
         // lane 1, 3, …, each with its neighbour's value.
 #pragma unroll
@@ -304,7 +314,7 @@ __device__ inline void prepare_queries(const PrefillParams& p, const Tables& t, 
         if (lane == 0) {
           if (part == 0) {
             rowfac_c[r] = sc / kQScale * p.scale_log2 / key_lut_scale;
-          } else {
+          } else if (!kSharedScale) {
             rowfac_s[r] = sc / kQScale * p.scale_log2 * qjl_scale;
           }
         }

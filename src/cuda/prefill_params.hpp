@@ -54,13 +54,14 @@ int prefill_blocks_per_sm(std::uint32_t head_dim, bool qjl, bool split_p);
 // The fused prefill kernel on `stream` (p.wgmma picks which); grid (tiles, kv_heads · head_groups, batch).
 cudaError_t launch_prefill(const PrefillParams& p, cudaStream_t stream);
 
-// The warpgroup-MMA kernel (tq_prefill_wgmma.cu, sm_90a): head_dim 128 with MSE keys only; 192 rows per block.
+// The warpgroup-MMA kernel (tq_prefill_wgmma.cu, sm_90a): head_dim 128; 192 rows per block for MSE keys, 128
+// for QJL keys.
 bool prefill_wgmma_supported(std::uint32_t head_dim, bool qjl);
-std::uint32_t prefill_wgmma_block_rows();
-cudaError_t prepare_prefill_wgmma(bool split_p);
-int prefill_wgmma_blocks_per_sm(bool split_p);
+std::uint32_t prefill_wgmma_block_rows(bool qjl);
+cudaError_t prepare_prefill_wgmma(bool qjl, bool split_p);
+int prefill_wgmma_blocks_per_sm(bool qjl, bool split_p);
 cudaError_t launch_prefill_wgmma(const PrefillParams& p, cudaStream_t stream);
 // Floats of one split's partial in the workspace (block rows x d outputs, then the rows' maxima and sums).
-std::uint32_t prefill_wgmma_partial_floats();
+std::uint32_t prefill_wgmma_partial_floats(bool qjl);
 
 }  // namespace kvcompact::cuda::tq::detail

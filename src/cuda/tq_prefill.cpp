@@ -46,9 +46,8 @@ Result<PrefillPlan> plan_prefill(const LayerLayout& layout, const kvcompact::tq:
   const bool qjl = config.has_qjl();
   const bool wgmma_exists = detail::prefill_wgmma_supported(layout.head_dim, qjl);
   if (kernel == PrefillKernel::Warpgroup && !wgmma_exists) {
-    return make_error(ErrorCode::Unsupported,
-                      "the warpgroup prefill kernel needs head_dim 128 and keys without QJL (head_dim {}, {})",
-                      layout.head_dim, qjl ? "QJL keys" : "MSE keys");
+    return make_error(ErrorCode::Unsupported, "the warpgroup prefill kernel needs head_dim 128 (head_dim {})",
+                      layout.head_dim);
   }
   const bool use_wgmma = kernel == PrefillKernel::Warpgroup || (kernel == PrefillKernel::Auto && wgmma_exists);
   if (max_rows == 0) {
@@ -69,7 +68,7 @@ Result<PrefillPlan> plan_prefill(const LayerLayout& layout, const kvcompact::tq:
                       max_rows, max_length);
   }
   const std::uint32_t block_rows =
-      use_wgmma ? detail::prefill_wgmma_block_rows() : detail::prefill_block_rows(layout.head_dim, qjl);
+      use_wgmma ? detail::prefill_wgmma_block_rows(qjl) : detail::prefill_block_rows(layout.head_dim, qjl);
   const std::uint32_t group = q_heads / layout.kv_heads;
   PrefillPlan plan;
   plan.layout = layout;
@@ -97,8 +96,8 @@ Result<PrefillPlan> plan_prefill(const LayerLayout& layout, const kvcompact::tq:
   plan.tiles = static_cast<std::uint32_t>(tiles);
   const bool split_p = precision == PrefillPrecision::HiLo;
   if (use_wgmma) {
-    KVC_CUDA_TRY(detail::prepare_prefill_wgmma(split_p));
-    plan.blocks_per_sm = detail::prefill_wgmma_blocks_per_sm(split_p);
+    KVC_CUDA_TRY(detail::prepare_prefill_wgmma(qjl, split_p));
+    plan.blocks_per_sm = detail::prefill_wgmma_blocks_per_sm(qjl, split_p);
   } else {
     KVC_CUDA_TRY(detail::prepare_prefill(layout.head_dim, qjl, split_p));
     plan.blocks_per_sm = detail::prefill_blocks_per_sm(layout.head_dim, qjl, split_p);
@@ -139,7 +138,7 @@ Result<PrefillPlan> with_key_splits(const PrefillPlan& plan, std::uint32_t key_s
   out.workspace_bytes = 0;
   if (key_splits > 1) {
     const std::uint64_t units = query_tiles(out, out.max_batch);
-    const std::uint64_t partial_bytes = std::uint64_t{detail::prefill_wgmma_partial_floats()} * 4u;
+    const std::uint64_t partial_bytes = std::uint64_t{detail::prefill_wgmma_partial_floats(out.config.has_qjl())} * 4u;
     out.workspace_bytes = units * key_splits * partial_bytes + units * 4u;  // partials, then counters
   }
   return out;
@@ -210,7 +209,7 @@ Status prefill_attention(const PrefillPlan& plan, const DeviceCodec& codec, cons
   if (plan.key_splits > 1) {
     p.partials = static_cast<float*>(workspace);
     p.counters = reinterpret_cast<std::uint32_t*>(p.partials + query_tiles(plan, plan.max_batch) * plan.key_splits *
-                                                                  detail::prefill_wgmma_partial_floats());
+                                                                  detail::prefill_wgmma_partial_floats(plan.config.has_qjl()));
     KVC_CUDA_TRY(cudaMemsetAsync(p.counters, 0, query_tiles(plan, args.batch) * 4u, static_cast<cudaStream_t>(stream)));
   }
   KVC_CUDA_TRY(detail::launch_prefill(p, static_cast<cudaStream_t>(stream)));

@@ -1,16 +1,21 @@
-// Chunked-prefill attention on warpgroup MMAs (wgmma, sm_90a) for head_dim 128 with MSE keys (no QJL), warp-
-// specialised: the same contract and the same numbers as prefill_kernel (tq_prefill.cu) — fp16 hi + lo queries,
-// fp16 α·centroid tiles, P' = p · n_v / R · 2^15 as fp16 hi (+ lo with HiLo), fp32 accumulation.
+// Chunked-prefill attention on warpgroup MMAs (wgmma, sm_90a) for head_dim 128, warp-specialised: the same
+// contract and the same numbers as prefill_kernel (tq_prefill.cu) — fp16 hi + lo queries, fp16 α·centroid tiles,
+// P' = p · n_v / R · 2^15 as fp16 hi (+ lo with HiLo), fp32 accumulation.
 //   - a producer warpgroup copies each 64-token tile's packed bytes (cp.async, two tiles ahead) and dequantises
-//     keys and values into a ring of kStages SW128 fp16 stages, with the tile's per-token factors; an mbarrier
-//     per stage says "full", another "empty";
-//   - kConsumers (3) consumer warpgroups, each owning 64 of the block's 192 query rows, wait for a full stage,
-//     run S = Q_hi·Kᵀ + Q_lo·Kᵀ (16 m64n64k16 from shared memory), the softmax on the accumulators and
-//     O += P'·V (P' from registers), then release the stage. No block barrier in the loop: the consumer
-//     warpgroups drift apart, so one's softmax overlaps another's MMAs and the producer's dequantisation.
-//   - 512 threads get 128 registers each at launch; with three consumers `setmaxnreg` moves registers from the
-//     producer (80) to the consumers (144), which would spill at 128. (Two consumers need no move: 384 threads
-//     at 167 registers; they measured 17 % slower at 32K, one producer then feeding only 128 rows.)
+//     keys and values (and for QJL keys the sign tile, ±ρ per token) into a ring of SW128 fp16
+//     stages, with the tile's per-token factors; an mbarrier per stage says "full", another "empty";
+//   - consumer warpgroups (three for MSE keys, two for QJL keys: their query and sign tiles need the shared
+//     memory of the third), each owning 64 query rows, wait for a full stage, run S = Q_hi·Kᵀ + Q_lo·Kᵀ
+//     (+ Q_jl,hi·Signsᵀ + Q_jl,lo·Signsᵀ into the same accumulator: the QJL queries are scaled like the code
+//     part's times α·√(π/2d), the sign tiles hold ±ρ; the QJL lo part stays in registers, as the shared memory
+//     holds no third query matrix),
+//     the softmax on the accumulators and O += P'·V (P' from registers), then release the stage. No block barrier
+//     in the loop: the consumer warpgroups drift apart, so one's softmax overlaps another's MMAs and the
+//     producer's dequantisation.
+//   - `setmaxnreg` moves registers from the producer (80) to the consumers: 144 each of three (512 threads get
+//     128 at launch; the consumers would spill at 128), 208 each of two with QJL keys (384 threads get 168; the
+//     QJL lo fragments take 32). (Two consumers for MSE keys measured 17 % slower at 32K, one producer then
+//     feeding only 128 rows.)
 //   - with a key split (PrefillParams::key_splits > 1) the blocks of one query tile each take a part of its key
 //     tiles; the last to finish merges their partials (merge_key_splits) before the epilogue.
 // docs/cuda-prefill.md describes both kernels; prefill_device.cuh holds their shared pieces.
@@ -46,51 +51,104 @@ constexpr int D = 128;
 #ifndef KVC_PREFILL_WS_STAGES
 #define KVC_PREFILL_WS_STAGES 3
 #endif
-constexpr unsigned kConsumers = KVC_PREFILL_WS_CONSUMERS;
-constexpr bool kMoveRegisters = kConsumers == 3;  // 512 threads: 128 registers each at launch
-constexpr unsigned kProducerRegs = KVC_PREFILL_WS_PRODUCER_REGS, kConsumerRegs = KVC_PREFILL_WS_CONSUMER_REGS;
-static_assert(!kMoveRegisters || (128 * (3 * kConsumerRegs + kProducerRegs) <= 65536 && kProducerRegs % 8 == 0 &&
-                                  kConsumerRegs % 8 == 0 && kProducerRegs >= 24 && kConsumerRegs <= 256),
-              "setmaxnreg: multiples of 8 in [24, 256] whose total fits the multiprocessor's 64K registers");
-constexpr unsigned kStages = KVC_PREFILL_WS_STAGES;
-constexpr unsigned kConsumerThreads = 128 * kConsumers;
+constexpr unsigned kMseProducerRegs = KVC_PREFILL_WS_PRODUCER_REGS, kMseConsumerRegs = KVC_PREFILL_WS_CONSUMER_REGS;
 constexpr unsigned kProducerThreads = 128;
-constexpr unsigned kThreads = kConsumerThreads + kProducerThreads;  // the producer is the last warpgroup
-constexpr unsigned kWarps = kThreads / 32;
-constexpr unsigned kConsumerWarps = kConsumerThreads / 32;
-constexpr unsigned kRows = 64 * kConsumers;  // query rows per block
-constexpr unsigned kBN = 64;                 // key / value tokens per tile
-constexpr unsigned kQBytes = kRows * D * 2;   // SW128: two column blocks of kRows rows x 128 bytes
+constexpr unsigned kBN = 64;                  // key / value tokens per tile
 constexpr unsigned kTileBytes = kBN * D * 2;  // SW128: two column blocks of 64 rows x 128 bytes
-constexpr unsigned kQBlock = kRows * 128;     // bytes of one 64-column block of the queries
-constexpr unsigned kTileBlock = kBN * 128;    // ... of a tile
-// Named barriers (0 is __syncthreads): the producer warpgroup's own, and the consumers' for the epilogue.
-constexpr unsigned kProducerBarrier = 1, kConsumerBarrier = 2;
-using Staged = StageLayout<D, false, kBN>;
+constexpr unsigned kTileBlock = kBN * 128;    // bytes of one 64-column block of a tile
+// Named barriers (0 is __syncthreads): the producer warpgroup's own, the consumers' for the epilogue, and (QJL) the
+// whole block's after the consumers took their QJL lo fragments out of the sign-tile area.
+constexpr unsigned kProducerBarrier = 1, kConsumerBarrier = 2, kQjlLoBarrier = 3;
 
+// The block's shape: MSE keys take KVC_PREFILL_WS_CONSUMERS (3) consumers and KVC_PREFILL_WS_STAGES (3) stages;
+// QJL keys two of each, for their QJL query matrix and sign tiles.
+template <bool QJL>
+struct Ws {
+  static constexpr unsigned kConsumers = QJL ? 2u : KVC_PREFILL_WS_CONSUMERS;
+  static constexpr unsigned kStages = QJL ? 2u : KVC_PREFILL_WS_STAGES;
+  // setmaxnreg: three consumers need it (512 threads: 128 registers each at launch); two (QJL) take it for the 32
+  // registers of their QJL lo fragments: 80 for the producer, 208 for the consumers. A move can only hand out
+  // the registers the block got at launch (kLaunchRegs per thread, what ptxas allots under the launch bound):
+  // asking for more blocks the consumers forever.
+  static constexpr bool kMoveRegisters = kConsumers == 3 || QJL;
+  static constexpr unsigned kProducerRegs = QJL ? 80u : kMseProducerRegs;
+  static constexpr unsigned kConsumerRegs = QJL ? 208u : kMseConsumerRegs;
+  static constexpr unsigned kConsumerThreads = 128 * kConsumers;
+  static constexpr unsigned kThreads = kConsumerThreads + kProducerThreads;  // the producer is the last warpgroup
+  static constexpr unsigned kLaunchRegs = (65536 / kThreads) & ~7u;
+  static constexpr unsigned kWarps = kThreads / 32;
+  static constexpr unsigned kConsumerWarps = kConsumerThreads / 32;
+  static constexpr unsigned kRows = 64 * kConsumers;  // query rows per block
+  static constexpr unsigned kQBytes = kRows * D * 2;  // SW128: two column blocks of kRows rows x 128 bytes
+  static constexpr unsigned kQBlock = kRows * 128;    // bytes of one 64-column block of the queries
+  static constexpr unsigned kPartialFloats = kRows * D + 2 * kRows;  // one split's partial: outputs, maxima, sums
+  static_assert(!kMoveRegisters || (128 * (kConsumers * kConsumerRegs + kProducerRegs) <= kThreads * kLaunchRegs &&
+                                    kProducerRegs % 8 == 0 &&
+                                    kConsumerRegs % 8 == 0 && kProducerRegs >= 24 && kConsumerRegs <= 256),
+                "setmaxnreg: multiples of 8 in [24, 256] whose total fits the multiprocessor's 64K registers");
+  static_assert(kConsumers >= 1 && kConsumers <= 3 && kStages >= 2, "block shape");
+};
+
+// QJL keys only: the QJL queries' hi part (fp16, scaled like the code part's times α·√(π/2d)) and the sign tiles,
+// ±ρ per token.
+template <bool QJL>
+struct QjlArea {};
+template <>
+struct QjlArea<true> {
+  alignas(1024) std::uint8_t q[Ws<true>::kQBytes];
+  std::uint8_t sg[Ws<true>::kStages][kTileBytes];
+};
+
+template <bool QJL>
 struct Smem {
-  std::uint8_t qhi[kQBytes];  // 1024-byte aligned (the struct is placed so); with qlo, the epilogue rows after
-  std::uint8_t qlo[kQBytes];  //   the main loop (kRows x 128 floats)
-  std::uint8_t k[kStages][kTileBytes];
-  std::uint8_t v[kStages][kTileBytes];
-  std::uint8_t packed[2][Staged::bytes];  // the producer's cp.async staging
-  float kscale[kStages][kBN];  // key norms of a stage's tokens (0 past the tile's end)
-  float vfac[kStages][kBN];    // n_v / R · 2^15 (0 past the tile's end)
-  float ratio[kStages];        // R before / R after the stage's tile (the accumulator's rescale)
-  float r_final;               // R after the last tile
-  std::uint64_t full[kStages], empty[kStages];  // mbarriers
-  float rowfac_c[kRows], rowfac_s[kRows], row_m[kRows], row_l[kRows];
-  std::uint32_t row_limit[kRows];
+  using W = Ws<QJL>;
+  using Staged = StageLayout<D, QJL, kBN>;
+  std::uint8_t qhi[W::kQBytes];  // 1024-byte aligned (the struct is placed so); with qlo, the epilogue rows after
+  std::uint8_t qlo[W::kQBytes];  //   the main loop (kRows x 128 floats)
+  std::uint8_t k[W::kStages][kTileBytes];
+  std::uint8_t v[W::kStages][kTileBytes];
+  QjlArea<QJL> jl;
+  alignas(16) std::uint8_t packed[2][Staged::bytes];  // the producer's cp.async staging
+  float kscale[W::kStages][kBN];  // key norms of a stage's tokens (0 past the tile's end)
+  float vfac[W::kStages][kBN];    // n_v / R · 2^15 (0 past the tile's end)
+  float ratio[W::kStages];        // R before / R after the stage's tile (the accumulator's rescale)
+  float r_final;                  // R after the last tile
+  std::uint64_t full[W::kStages], empty[W::kStages];  // mbarriers
+  float rowfac_c[W::kRows], rowfac_s[W::kRows], row_m[W::kRows], row_l[W::kRows];
+  std::uint32_t row_limit[W::kRows];
   std::uint32_t merge_flag;  // the key split's block that merges (the last one to finish)
   // Pair tables: entry (code of the higher coordinate) · 2^bits + (code of the lower one) → half2 of α·centroid,
   // for every code width (≤ 1024 entries at 5 bits), so a code group of 8 coordinates takes 4 lookups.
   std::uint32_t pair_k[1024], pair_v[256];
+  // QJL: sign-nibble masks, entry n → the fp16 sign bits (0x8000 where bit b of n is clear: σ = −1) of 4 halves.
+  uint2 sign_mask[16];
 };
-constexpr unsigned kSmemBytes = sizeof(Smem) + 1024;  // + alignment slack
-static_assert(kSmemBytes <= 227 * 1024, "one block per multiprocessor");
-static_assert(2 * kQBytes >= kRows * D * 4, "the epilogue rows fit in the query area");
-static_assert(kConsumers >= 1 && kConsumers <= 3 && kStages >= 2, "block shape");
-static_assert(Staged::bytes % 16 == 0, "staging buffers stay 16-byte aligned");
+// The QJL area's buffers (QJL keys only).
+template <bool QJL>
+__device__ __forceinline__ std::uint8_t* sm_qjl(Smem<QJL>& sm) {
+  if constexpr (QJL) {
+    return sm.jl.q;
+  } else {
+    return nullptr;
+  }
+}
+template <bool QJL>
+__device__ __forceinline__ std::uint8_t* sm_sign_tiles(Smem<QJL>& sm) {
+  if constexpr (QJL) {
+    return sm.jl.sg[0];
+  } else {
+    return nullptr;
+  }
+}
+template <bool QJL>
+constexpr unsigned smem_bytes() {
+  return sizeof(Smem<QJL>) + 1024;  // + alignment slack
+}
+static_assert(smem_bytes<false>() <= 227 * 1024 && smem_bytes<true>() <= 227 * 1024, "one block per multiprocessor");
+static_assert(2 * Ws<false>::kQBytes >= Ws<false>::kRows * D * 4 && 2 * Ws<true>::kQBytes >= Ws<true>::kRows * D * 4,
+              "the epilogue rows fit in the query area");
+static_assert(StageLayout<D, false, kBN>::bytes % 16 == 0 && StageLayout<D, true, kBN>::bytes % 16 == 0,
+              "staging buffers stay 16-byte aligned");
 
 // Keys (or values) of one staged tile → the SW128 fp16 tile, by the producer warpgroup (thread pt): chunk c =
 // (token c / 16, group c % 16) goes to thread c % 128; a row's 8 chunks of one column block land on distinct banks.
@@ -108,6 +166,27 @@ __device__ __forceinline__ void dequant_tile(unsigned pt, std::uint8_t* tile, co
   }
 }
 
+// QJL keys: the sign tile of one staged tile → SW128 fp16 ±ρ_t (ρ is stored as fp16, so the tile is exact; the
+// queries carry α·√(π/2d)), by the producer warpgroup (thread pt), chunk c as in dequant_tile: a sign byte (8
+// coordinates; bit set: σ = +1) becomes two nibble masks XORed into ρ_t. Tokens past `cnt` get ρ = 0.
+// (Rounding ρ_t·α·√(π/2d) to fp16 here instead was measured: a per-token error of up to 2⁻¹¹ of the QJL term,
+// which does not average out over the coordinates, gave 1.1–1.5·10⁻³ in the oracle tests of k=prod3.)
+__device__ __forceinline__ void sign_tile(unsigned pt, std::uint8_t* tile, const std::uint8_t* signs,
+                                          const unsigned short* rho, std::uint32_t bytes_per_token, std::uint32_t cnt,
+                                          const uint2* masks) {
+  constexpr unsigned kChunks = kBN * (D / 8);
+#pragma unroll
+  for (unsigned j = 0; j < kChunks / kProducerThreads; ++j) {
+    const unsigned c = pt + j * kProducerThreads;
+    const unsigned tt = c / 16, gg = c % 16;
+    const std::uint32_t rr = (tt < cnt ? static_cast<std::uint32_t>(rho[tt]) : 0u) * 0x10001u;
+    const std::uint32_t byte = signs[tt * bytes_per_token + gg];
+    const uint2 lo = masks[byte & 15u], hi = masks[byte >> 4];
+    *reinterpret_cast<uint4*>(tile + sw128_offset(tt, gg * 8, kBN)) =
+        make_uint4(rr ^ lo.x, rr ^ lo.y, rr ^ hi.x, rr ^ hi.y);
+  }
+}
+
 // Copies the packed bytes of tokens [first, first + cnt) of one region into a staging buffer, by the producer
 // warpgroup (thread pt), as 16-byte cp.async chunks covering them (up to 15 bytes past the last record: inside the
 // next region or the layer buffer's documented slack).
@@ -120,10 +199,15 @@ __device__ __forceinline__ void copy_region(unsigned pt, std::uint8_t* dst, cons
     cp_async16(dst + 16u * c, reinterpret_cast<const void*>(aligned + 16u * c));
   }
 }
+template <bool QJL>
 __device__ __forceinline__ void copy_tile(unsigned pt, const PrefillParams& p, std::uint8_t* base,
                                           std::uint64_t first, std::uint32_t cnt) {
-  const Stage<D, false, kBN> s(base);
+  const Stage<D, QJL, kBN> s(base);
   copy_region(pt, s.kc, p.layer + p.key_codes, first, cnt, p.kc_bytes);
+  if constexpr (QJL) {
+    copy_region(pt, s.ks, p.layer + p.key_signs, first, cnt, p.ks_bytes);
+    copy_region(pt, s.kr, p.layer + p.key_rho, first, cnt, 2u);
+  }
   copy_region(pt, s.kn, p.layer + p.key_norms, first, cnt, 4u);
   copy_region(pt, s.vc, p.layer + p.value_codes, first, cnt, p.vc_bytes);
   copy_region(pt, s.vn, p.layer + p.value_norms, first, cnt, 4u);
@@ -135,6 +219,7 @@ __device__ __forceinline__ void named_barrier(unsigned id, unsigned threads) {
 }
 
 // Fills a pair table for `bits`-bit codes (2^(2 bits) entries) with half2(α c[lo], α c[hi]).
+template <unsigned kThreads>
 __device__ __forceinline__ void fill_pair_table(std::uint32_t* table, std::uint32_t bits, float alpha,
                                                 const float* centroids) {
   const std::uint32_t mask = (1u << bits) - 1u;
@@ -162,14 +247,15 @@ __device__ __forceinline__ void p_fragment(const float (&pw)[32], unsigned ks, s
   }
 }
 
-constexpr unsigned kPartialFloats = kRows * D + 2 * kRows;  // one split's partial: outputs, maxima, sums
-
 // Key splits, by the consumer threads after their rows (o · R / (2^15 α), the maxima m and sums l of the
 // softmax in log2 units) are in obuf / row_m / row_l: writes them as this split's partial, counts the split in
 // and returns false, except in the last split to finish, which merges every split's partial in split order
 // (so the result does not depend on which finished last) into obuf / row_m / row_l and returns true.
+template <bool QJL>
 __device__ bool merge_key_splits(const PrefillParams& p, unsigned split, float* obuf, float* row_m, float* row_l,
                                  std::uint32_t& merge_flag) {
+  using W = Ws<QJL>;
+  constexpr unsigned kRows = W::kRows, kConsumerThreads = W::kConsumerThreads, kPartialFloats = W::kPartialFloats;
   const unsigned tid = threadIdx.x;
   const std::uint64_t unit = (static_cast<std::uint64_t>(blockIdx.z) * gridDim.y + blockIdx.y) * p.tiles +
                              blockIdx.x / p.key_splits;
@@ -221,10 +307,16 @@ __device__ bool merge_key_splits(const PrefillParams& p, unsigned split, float* 
   return true;
 }
 
-template <bool SPLITP>
-__global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(PrefillParams p) {
+template <bool SPLITP, bool QJL>
+__global__ void __launch_bounds__(Ws<QJL>::kThreads, 1) prefill_wgmma_kernel(PrefillParams p) {
+  using W = Ws<QJL>;
+  constexpr unsigned kConsumers = W::kConsumers, kStages = W::kStages, kThreads = W::kThreads, kRows = W::kRows;
+  constexpr unsigned kWarps = W::kWarps, kConsumerWarps = W::kConsumerWarps, kConsumerThreads = W::kConsumerThreads;
+  constexpr unsigned kQBlock = W::kQBlock;
+  constexpr bool kMoveRegisters = W::kMoveRegisters;
+  static_assert(kConsumers * 64 == kRows, "64 rows per consumer warpgroup");
   extern __shared__ std::uint8_t smem_raw[];
-  Smem& sm = *reinterpret_cast<Smem*>(
+  Smem<QJL>& sm = *reinterpret_cast<Smem<QJL>*>(
       smem_raw + ((1024u - (static_cast<unsigned>(__cvta_generic_to_shared(smem_raw)) & 1023u)) & 1023u));
   const Tables& t = *p.tables;
   const unsigned tid = threadIdx.x, lane = tid % 32, warp = tid / 32, x = tid / 128;
@@ -245,14 +337,19 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(PrefillParam
   // The producer starts the first two tiles' copies while everybody prepares the queries (one commit group per
   // tile, empty ones included, so that "all but the newest group" always means "the tile needed now").
   if (producer) {
-    if (ntiles > 0) copy_tile(pt, p, sm.packed[0], slot0, tile_tokens(0));
+    if (ntiles > 0) copy_tile<QJL>(pt, p, sm.packed[0], slot0, tile_tokens(0));
     cp_async_commit();
-    if (ntiles > 1) copy_tile(pt, p, sm.packed[1], slot0 + kBN, tile_tokens(1));
+    if (ntiles > 1) copy_tile<QJL>(pt, p, sm.packed[1], slot0 + kBN, tile_tokens(1));
     cp_async_commit();
   }
   for (unsigned r = tid; r < kRows; r += kThreads) sm.row_limit[r] = blk.row_limit(r, p);
-  fill_pair_table(sm.pair_k, p.key_code_bits, t.key_lut_scale, t.key_centroids);
-  fill_pair_table(sm.pair_v, p.value_bits, t.value_lut_scale, t.value_centroids);
+  fill_pair_table<kThreads>(sm.pair_k, p.key_code_bits, t.key_lut_scale, t.key_centroids);
+  fill_pair_table<kThreads>(sm.pair_v, p.value_bits, t.value_lut_scale, t.value_centroids);
+  if (QJL && tid < 16) {
+    const std::uint32_t m0 = (tid & 1u ? 0u : 0x8000u) | (tid & 2u ? 0u : 0x80000000u);
+    const std::uint32_t m1 = (tid & 4u ? 0u : 0x8000u) | (tid & 8u ? 0u : 0x80000000u);
+    sm.sign_mask[tid] = make_uint2(m0, m1);
+  }
   if (tid < kStages) {
     mbar_init(&sm.full[tid], kProducerThreads);
     mbar_init(&sm.empty[tid], kConsumerThreads);
@@ -261,10 +358,20 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(PrefillParam
   // A negative softmax scale is folded into the queries (fp16 negation is exact), so that every row factor is
   // positive and a row's largest score is its factor times its largest S · n_k.
   const std::uint32_t neg = p.scale_log2 < 0.0f ? 0x80008000u : 0u;
-  prepare_queries<D, false, kWarps, kRows>(
+  // QJL keys: the QJL part at the code part's scale times α·√(π/2d), its hi part in shared memory, its lo part
+  // row-major in the sign-tile area (free until the producer's first tile), from where each consumer thread takes
+  // its fragments into registers.
+  prepare_queries<D, QJL, kWarps, kRows, QJL>(
       p, t, blk, sm.rowfac_c, sm.rowfac_s,
-      [&](int, unsigned r, unsigned j, std::uint32_t h, std::uint32_t l) {
+      [&](int part, unsigned r, unsigned j, std::uint32_t h, std::uint32_t l) {
         const unsigned off = sw128_offset(r, j, kRows);
+        if constexpr (QJL) {
+          if (part == 1) {
+            *reinterpret_cast<std::uint32_t*>(sm.jl.q + off) = h ^ neg;
+            reinterpret_cast<std::uint32_t*>(sm.jl.sg[0])[r * (D / 2) + j / 2] = l ^ neg;
+            return;
+          }
+        }
         *reinterpret_cast<std::uint32_t*>(sm.qhi + off) = h ^ neg;
         *reinterpret_cast<std::uint32_t*>(sm.qlo + off) = l ^ neg;
       });
@@ -272,7 +379,8 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(PrefillParam
   __syncthreads();  // queries, tables, row limits and the mbarriers are ready
 
   if (producer) {
-    if constexpr (kMoveRegisters) asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
+    if constexpr (kMoveRegisters) asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(W::kProducerRegs));
+    if constexpr (QJL) named_barrier(kQjlLoBarrier, kThreads);  // the consumers hold their QJL lo fragments
     // ---- producer: tile i → stage i % kStages. Key factors by its first warp, value factors (R, the running
     // maximum of the value norms, in its registers) by its second.
     const unsigned pw = pt / 32;
@@ -282,13 +390,18 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(PrefillParam
       cp_async_wait1();  // this thread's copies of tile i (tile i + 1's may still run)
       named_barrier(kProducerBarrier, kProducerThreads);  // everybody's copies of tile i are in
       if (i >= kStages) mbar_spin_wait(&sm.empty[stage], (i / kStages - 1) & 1u);  // its consumers are done
-      const Stage<D, false, kBN> s(sm.packed[buf]);
+      const Stage<D, QJL, kBN> s(sm.packed[buf]);
       const std::uint64_t first = slot0 + i * kBN;
       const std::uint32_t cnt = tile_tokens(i);
       dequant_tile(pt, sm.k[stage], s.kc, staged_row0(s.kc, p.layer + p.key_codes, first, p.kc_bytes) - s.kc,
                    p.kc_bytes, p.key_code_bits, sm.pair_k);
       dequant_tile(pt, sm.v[stage], s.vc, staged_row0(s.vc, p.layer + p.value_codes, first, p.vc_bytes) - s.vc,
                    p.vc_bytes, p.value_bits, sm.pair_v);
+      if constexpr (QJL) {
+        sign_tile(pt, sm.jl.sg[stage], staged_row0(s.ks, p.layer + p.key_signs, first, p.ks_bytes),
+                  reinterpret_cast<const unsigned short*>(staged_row0(s.kr, p.layer + p.key_rho, first, 2u)),
+                  p.ks_bytes, cnt, sm.sign_mask);
+      }
       if (pw == 0) {
         const float* kn = reinterpret_cast<const float*>(staged_row0(s.kn, p.layer + p.key_norms, first, 4u));
         sm.kscale[stage][lane] = lane < cnt ? kn[lane] : 0.0f;
@@ -310,13 +423,13 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(PrefillParam
       fence_shared_for_async();
       mbar_arrive(&sm.full[stage]);  // (release: the stage's fp16 tiles and factors, and r_final)
       named_barrier(kProducerBarrier, kProducerThreads);  // everybody is done reading packed[buf]
-      if (i + 2 < ntiles) copy_tile(pt, p, sm.packed[buf], first + 2 * kBN, tile_tokens(i + 2));
+      if (i + 2 < ntiles) copy_tile<QJL>(pt, p, sm.packed[buf], first + 2 * kBN, tile_tokens(i + 2));
       cp_async_commit();
     }
     return;
   }
 
-  if constexpr (kMoveRegisters) asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegs));
+  if constexpr (kMoveRegisters) asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(W::kConsumerRegs));
   // ---- consumers. This thread's rows (the accumulators' rows 16 w + g and + 8 of its warpgroup) are block
   // rows ra and rb.
   const unsigned ra = warp * 16u + g, rb = ra + 8u;
@@ -328,6 +441,23 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(PrefillParam
   const GmmaDesc desc_qlo = sw128_descriptor(sm.qlo + 64 * x * 128, 16, 1024);
   const GmmaDesc desc_k = sw128_descriptor(sm.k[0], 16, 1024);    // k[i] is at(i * kTileBytes)
   const GmmaDesc desc_v = sw128_descriptor(sm.v[0], 8192, 1024);  // MN-major; v[i] is at(i * kTileBytes)
+  // QJL: the QJL queries and the sign tiles (sg[i] is at(i * kTileBytes)); unused otherwise.
+  const GmmaDesc desc_qj = sw128_descriptor((QJL ? sm_qjl(sm) : sm.qhi) + 64 * x * 128, 16, 1024);
+  const GmmaDesc desc_sg = sw128_descriptor(QJL ? sm_sign_tiles(sm) : sm.k[0], 16, 1024);
+  // QJL: this thread's A fragments of the QJL lo part (rows ra, rb; k-step ks = dims 16 ks ...), for the RS MMAs.
+  std::uint32_t qjl_lo[QJL ? D / 16 : 1][4];
+  if constexpr (QJL) {
+    const std::uint32_t* lo = reinterpret_cast<const std::uint32_t*>(sm_sign_tiles(sm));
+#pragma unroll
+    for (unsigned ks = 0; ks < D / 16; ++ks) {
+      const unsigned c = 8 * ks + tig;  // the word of dims 16 ks + 2 tig, + 1
+      qjl_lo[ks][0] = lo[ra * (D / 2) + c];
+      qjl_lo[ks][1] = lo[rb * (D / 2) + c];
+      qjl_lo[ks][2] = lo[ra * (D / 2) + c + 4];
+      qjl_lo[ks][3] = lo[rb * (D / 2) + c + 4];
+    }
+    named_barrier(kQjlLoBarrier, kThreads);  // the producer may now write sign tiles over them
+  }
   float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.0f, l_b = 0.0f;
   float o[2][32];  // dims 64 nb + 8 i + 2 tig (+1), the m64n64 accumulator layout
 #pragma unroll
@@ -353,6 +483,18 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(PrefillParam
     for (unsigned ks = 0; ks < D / 16; ++ks) {
       const unsigned qcol = (ks / 4) * kQBlock + (ks % 4) * 32, kcol = (ks / 4) * kTileBlock + (ks % 4) * 32;
       wgmma_m64n64k16_ss<0>(s, desc_qlo.at(qcol), desc_k.at(stage * kTileBytes + kcol), true);
+    }
+    if constexpr (QJL) {
+#pragma unroll
+      for (unsigned ks = 0; ks < D / 16; ++ks) {
+        const unsigned qcol = (ks / 4) * kQBlock + (ks % 4) * 32, kcol = (ks / 4) * kTileBlock + (ks % 4) * 32;
+        wgmma_m64n64k16_ss<0>(s, desc_qj.at(qcol), desc_sg.at(stage * kTileBytes + kcol), true);
+      }
+#pragma unroll
+      for (unsigned ks = 0; ks < D / 16; ++ks) {
+        const unsigned kcol = (ks / 4) * kTileBlock + (ks % 4) * 32;
+        wgmma_m64n64k16_rs<0>(s, qjl_lo[ks], desc_sg.at(stage * kTileBytes + kcol), true);
+      }
     }
     wgmma_commit();
     wgmma_wait<0>();
@@ -465,25 +607,48 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(PrefillParam
     }
   }
   named_barrier(kConsumerBarrier, kConsumerThreads);
-  if (splits > 1 && !merge_key_splits(p, split, obuf, sm.row_m, sm.row_l, sm.merge_flag)) return;
+  if (splits > 1 && !merge_key_splits<QJL>(p, split, obuf, sm.row_m, sm.row_l, sm.merge_flag)) return;
   finish_rows<D, kConsumerWarps, kRows>(p, t, blk, obuf, sm.row_m, sm.row_l);
 }
 
+// The kernel instance and its launch shape for a mode (QJL or not) and P precision, with the registers its
+// setmaxnreg moves hand out (0 without a move).
+struct WsKernel {
+  void (*fn)(PrefillParams);
+  unsigned threads, smem, moved_registers;
+};
+template <bool QJL>
+WsKernel ws_kernel_of(bool split_p) {
+  using W = Ws<QJL>;
+  return {split_p ? prefill_wgmma_kernel<true, QJL> : prefill_wgmma_kernel<false, QJL>, W::kThreads,
+          smem_bytes<QJL>(),
+          W::kMoveRegisters ? 128u * (W::kConsumers * W::kConsumerRegs + W::kProducerRegs) : 0u};
+}
+WsKernel ws_kernel(bool qjl, bool split_p) { return qjl ? ws_kernel_of<true>(split_p) : ws_kernel_of<false>(split_p); }
+
 }  // namespace
 
-bool prefill_wgmma_supported(std::uint32_t head_dim, bool qjl) { return head_dim == D && !qjl; }
-std::uint32_t prefill_wgmma_block_rows() { return kRows; }
-std::uint32_t prefill_wgmma_partial_floats() { return kPartialFloats; }
-
-cudaError_t prepare_prefill_wgmma(bool split_p) {
-  return cudaFuncSetAttribute(split_p ? prefill_wgmma_kernel<true> : prefill_wgmma_kernel<false>,
-                              cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmemBytes));
+bool prefill_wgmma_supported(std::uint32_t head_dim, bool) { return head_dim == D; }
+std::uint32_t prefill_wgmma_block_rows(bool qjl) { return qjl ? Ws<true>::kRows : Ws<false>::kRows; }
+std::uint32_t prefill_wgmma_partial_floats(bool qjl) {
+  return qjl ? Ws<true>::kPartialFloats : Ws<false>::kPartialFloats;
 }
 
-int prefill_wgmma_blocks_per_sm(bool split_p) {
+cudaError_t prepare_prefill_wgmma(bool qjl, bool split_p) {
+  const WsKernel k = ws_kernel(qjl, split_p);
+  // The setmaxnreg moves can only redistribute the registers the block gets at launch; were the compiled count
+  // lower than Ws::kLaunchRegs assumes, the consumers' increase would wait forever. Refuse that instead.
+  cudaFuncAttributes attr{};
+  cudaError_t err = cudaFuncGetAttributes(&attr, k.fn);
+  if (err != cudaSuccess) return err;
+  if (static_cast<unsigned>(attr.numRegs) * k.threads < k.moved_registers) return cudaErrorInvalidConfiguration;
+  return cudaFuncSetAttribute(k.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(k.smem));
+}
+
+int prefill_wgmma_blocks_per_sm(bool qjl, bool split_p) {
+  const WsKernel k = ws_kernel(qjl, split_p);
   int blocks = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-          &blocks, split_p ? prefill_wgmma_kernel<true> : prefill_wgmma_kernel<false>, kThreads, kSmemBytes) !=
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, k.fn, static_cast<int>(k.threads), k.smem) !=
       cudaSuccess) {
     (void)cudaGetLastError();
     return 0;
@@ -493,8 +658,9 @@ int prefill_wgmma_blocks_per_sm(bool split_p) {
 
 cudaError_t launch_prefill_wgmma(const PrefillParams& p, cudaStream_t stream) {
   if (p.batch == 0 || p.tiles == 0) return cudaSuccess;
+  const WsKernel k = ws_kernel(p.qjl != 0, p.split_p != 0);
   const dim3 grid(p.tiles * p.key_splits, p.kv_heads * p.head_groups, p.batch);
-  (p.split_p != 0 ? prefill_wgmma_kernel<true> : prefill_wgmma_kernel<false>)<<<grid, kThreads, kSmemBytes, stream>>>(p);
+  k.fn<<<grid, k.threads, k.smem, stream>>>(p);
   return cudaGetLastError();
 }
 

@@ -275,9 +275,9 @@ TEST(CudaPrefill, MatchesTheFloat64OracleAcrossModesAndShapes) {
   };
   std::uint32_t warpgroup_cases = 0;
   for (const PrefillCase& c : cases) {
-    // head_dim 128 with MSE keys runs the warpgroup kernel by default: with and without a key split, and the
-    // portable kernel on it too.
-    if (c.d == 128 && c.mode.find("prod") == std::string::npos) {
+    // head_dim 128 runs the warpgroup kernel by default (three consumers for MSE keys, two for QJL keys): with
+    // and without a key split, and the portable kernel on it too.
+    if (c.d == 128) {
       for (int sms : {kNoSplit, kMostSplits}) {
         PrefillCase variant = c;
         variant.multiprocessors = sms;
@@ -291,13 +291,13 @@ TEST(CudaPrefill, MatchesTheFloat64OracleAcrossModesAndShapes) {
       check_prefill(c, fresh_seed());
     }
   }
-  EXPECT_GE(warpgroup_cases, 6u);
+  EXPECT_GE(warpgroup_cases, 10u);
 }
 
 // plan / run: prefill_attention allocates and synchronises nothing, so it can be captured in a CUDA graph; the
 // replayed graph must give the same bytes as a direct call (with a key split too: the counters are zeroed by a
 // memset node of the graph, and the merge's order does not depend on which split finished last).
-void check_graph_replay(const std::string& mode, int multiprocessors) {
+void check_graph_replay(const std::string& mode, int multiprocessors, PrefillKernel kernel = PrefillKernel::Auto) {
   const std::uint64_t seed = fresh_seed();
   SCOPED_TRACE("mode " + mode + " seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
@@ -326,7 +326,7 @@ void check_graph_replay(const std::string& mode, int multiprocessors) {
   auto graphed = take(DeviceBuffer::allocate(q.size() * 4));
   ASSERT_OK(graphed.fill(0xFF));
   auto plan = take(plan_prefill(*view.layout, config, q_heads, 130, 700, multiprocessors, PrefillPrecision::HiLo,
-                                PrefillKernel::Auto, seqs));
+                                kernel, seqs));
   std::printf("[prefill-graph] %s: %s kernel, %u key splits\n", mode.c_str(),
               plan.kernel == PrefillKernel::Warpgroup ? "warpgroup" : "portable", plan.key_splits);
   auto workspace = take(DeviceBuffer::allocate(std::max<std::uint64_t>(plan.workspace_bytes, 16)));
@@ -366,8 +366,9 @@ void check_graph_replay(const std::string& mode, int multiprocessors) {
 
 TEST(CudaPrefill, RunIsCapturableInACudaGraph) {
   SKIP_WITHOUT_GPU();
-  check_graph_replay("seed", take(device_properties(0)).multiprocessors);  // the portable kernel
-  check_graph_replay("k=mse4,v=mse3,nc", kMostSplits);                   // the warpgroup kernel, keys split
+  check_graph_replay("seed", take(device_properties(0)).multiprocessors, PrefillKernel::Portable);
+  check_graph_replay("k=mse4,v=mse3,nc", kMostSplits);  // the warpgroup kernel, keys split
+  check_graph_replay("seed", kMostSplits);              // the warpgroup kernel with QJL keys, keys split
 }
 
 // Host-side checks come before any CUDA call, so the plan checks run without a device too.
@@ -386,11 +387,12 @@ TEST(CudaPrefill, BadArgumentsAreTypedErrors) {
             ErrorCode::InvalidArgument);
   EXPECT_EQ(plan_prefill(layout, config, 4, 8, 64, 132, PrefillPrecision::HiLo, PrefillKernel::Auto, 70000).error().code,
             ErrorCode::InvalidArgument);
-  // The warpgroup kernel: head_dim 128 with MSE keys only; an unknown kernel value.
+  // The warpgroup kernel: head_dim 128 only (MSE and QJL keys); an unknown kernel value.
   const QuantConfig mse = *QuantConfig::parse("k=mse4,v=mse3,nc");
   auto mse128 = take(kvcompact::tq::plan_layer_layout(128, 2, 1, 64, mse));
   auto mse64 = take(kvcompact::tq::plan_layer_layout(64, 2, 1, 64, mse));
-  EXPECT_EQ(plan_prefill(layout, config, 4, 8, 64, 132, PrefillPrecision::HiLo, PrefillKernel::Warpgroup).error().code,
+  auto seed64 = take(kvcompact::tq::plan_layer_layout(64, 2, 1, 64, config));
+  EXPECT_EQ(plan_prefill(seed64, config, 4, 8, 64, 132, PrefillPrecision::HiLo, PrefillKernel::Warpgroup).error().code,
             ErrorCode::Unsupported);
   EXPECT_EQ(plan_prefill(mse64, mse, 4, 8, 64, 132, PrefillPrecision::HiLo, PrefillKernel::Warpgroup).error().code,
             ErrorCode::Unsupported);
@@ -399,6 +401,10 @@ TEST(CudaPrefill, BadArgumentsAreTypedErrors) {
   EXPECT_FALSE(prefill_supported(80, config));
   EXPECT_TRUE(prefill_supported(64, config));
   if (device_count() == 0) return;
+  // QJL keys at head_dim 128 plan the warpgroup kernel (128 rows per block: two consumer warpgroups).
+  auto seed_plan = take(plan_prefill(layout, config, 4, 8, 64, 132));
+  EXPECT_EQ(seed_plan.kernel, PrefillKernel::Warpgroup);
+  EXPECT_EQ(seed_plan.block_rows, 128u);
   // Run-time checks need a codec (device tables).
   auto cache = take(TurboQuantCache::create(CacheShape{128, {2}, 1, 64}, config));
   auto codec = take(DeviceCodec::create(*cache.codec(0)));
@@ -472,9 +478,8 @@ TEST(CudaPrefillSmall, TinyChunksForSanitizers) {
   SKIP_WITHOUT_GPU();
   check_prefill({"k=prod3,v=mse2", 128, 4, true, 16, {{1, 0, 1}, {40, 20, 20}, {70, 33, 37}}}, fresh_seed());
   check_prefill({"k=mse4,v=mse3,nc", 64, 8, false, 0, {{45, 0, 45}, {9, 2, 7}}}, fresh_seed());
-  // The warpgroup kernel (head_dim 128, MSE keys): three 64-token tiles, both precisions.
-  // The warpgroup kernel (head_dim 128, MSE keys): three 64-token tiles, both precisions, the second with the
-  // keys split (three splits of one tile: partials, the counter and the merge).
+  // The warpgroup kernel (head_dim 128; the first case above with QJL keys): three 64-token tiles, both
+  // precisions, the second with the keys split (three splits of one tile: partials, the counter and the merge).
   check_prefill({"k=mse4,v=mse3,nc", 128, 4, true, 16, {{150, 90, 60}, {9, 2, 7}}, PrefillPrecision::HiLo, 2, 1.0f,
                  PrefillKernel::Auto, kNoSplit},
                 fresh_seed());

@@ -18,7 +18,7 @@ namespace kvcompact::cuda::tq {
 // weight). Queries are always split hi + lo.
 enum class PrefillPrecision : std::uint8_t { HiLo = 0, Fast = 1 };
 
-// Which kernel runs. Warpgroup: warpgroup MMAs (sm_90a wgmma), head_dim 128 with MSE keys (no QJL) only.
+// Which kernel runs. Warpgroup: warpgroup MMAs (sm_90a wgmma), head_dim 128 only (every mode).
 // Portable: mma.sync, every supported head_dim and mode. Auto: Warpgroup where it exists, Portable otherwise.
 // Both compute the same quantities with the same fp16 splits (docs/cuda-prefill.md).
 enum class PrefillKernel : std::uint8_t { Auto = 0, Portable = 1, Warpgroup = 2 };
@@ -57,7 +57,7 @@ inline constexpr std::uint32_t kMaxPrefillKeySplits = 8;
 // multiprocessors below 1), OutOfRange (max_length
 // beyond the capacity, max_rows beyond max_length, a grid dimension too large), Unsupported (head_dim other
 // than 64 / 128 / 256, key code bits outside 1..5 or value bits outside 2..4; kernel Warpgroup for another
-// head_dim or QJL keys).
+// head_dim).
 Result<PrefillPlan> plan_prefill(const LayerLayout& layout, const kvcompact::tq::QuantConfig& config,
                                  std::uint32_t q_heads, std::uint32_t max_rows, std::uint32_t max_length,
                                  int multiprocessors, PrefillPrecision precision = PrefillPrecision::HiLo,
