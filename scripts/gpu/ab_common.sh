@@ -51,7 +51,9 @@ ab_build() {
 # ab_check NAME TESTS_FILTER SANITIZE_FILTER LINES [TIMEOUT] [BINARY]: the CUDA tests matching TESTS_FILTER of
 # BINARY (default: the new side's TurboQuant test binary; log $OUT/NAME_tests.log; prints the results, failures
 # and the lines matching the regex LINES), then compute-sanitizer memcheck and racecheck on SANITIZE_FILTER
-# ($OUT/NAME_<tool>.log). Sets CHECK_RC to the first nonzero exit code (0 when everything passed).
+# ($OUT/NAME_<tool>.log). Sets CHECK_RC to the first nonzero exit code (0 when everything passed). Tests that run
+# past their timeout (124) mean a hang: the sanitizers would hang too, so they are skipped (and
+# ab_build_and_check stops the script) instead of spending the run's device time on their timeouts.
 ab_check() {
   local name=$1 tests=$2 small=$3 lines=$4 bin=${6:-build-gpu/tests/cuda/kvcompact_cuda_tests} tool code
   timeout "${TEST_TIMEOUT:-${5:-300}}" "$bin" --gtest_filter="$tests" > "$OUT/${name}_tests.log" 2>&1
@@ -59,6 +61,11 @@ ab_check() {
   echo "$name tests ($bin) exit code: $CHECK_RC"
   grep -E "^\[ *(PASSED|FAILED) |Failure" "$OUT/${name}_tests.log" | head -20
   grep -E "$lines" "$OUT/${name}_tests.log" | sed -E 's/entries.*occupancy=[0-9]+: //' | head -40
+  if [ "$CHECK_RC" = 124 ]; then
+    echo "$name tests timed out (a hang?): last lines of the log, sanitizers skipped"
+    tail -5 "$OUT/${name}_tests.log"
+    return
+  fi
   for tool in memcheck racecheck; do
     timeout "${SANITIZE_TIMEOUT:-150}" compute-sanitizer --tool "$tool" --error-exitcode 3 "$bin" \
       --gtest_filter="$small" > "$OUT/${name}_$tool.log" 2>&1
@@ -77,6 +84,10 @@ ab_build_and_check() {
   if [ "${TESTS:-1}" = 1 ]; then
     ab_build "$1 kvcompact_cuda_tests" "$1"
     ab_check "$2" "$3" "$4" "$5" "${6:-300}"
+    if [ "$CHECK_RC" = 124 ]; then
+      echo "stopping: the new side's tests hung, so its benchmark would too"
+      exit 124
+    fi
   else
     ab_build "$1" "$1"
   fi
