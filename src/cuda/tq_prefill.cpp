@@ -24,6 +24,11 @@ std::uint64_t query_tiles(const PrefillPlan& plan, std::uint64_t entries) {
   return entries * plan.layout.kv_heads * plan.head_groups * plan.tiles;
 }
 std::uint64_t key_tiles(const PrefillPlan& plan) { return (std::uint64_t{plan.max_length} + kKeyTile - 1) / kKeyTile; }
+// Floats of one split's partial in the workspace (the block's rows of outputs, then their maxima and sums); the
+// workspace holds query_tiles(plan, max_batch) · key_splits partials, then one counter per query tile.
+std::uint64_t partial_floats(const PrefillPlan& plan) {
+  return detail::prefill_wgmma_partial_floats(plan.config.has_qjl());
+}
 }  // namespace
 
 bool prefill_supported(std::uint32_t head_dim, const kvcompact::tq::QuantConfig& config) {
@@ -110,7 +115,6 @@ Result<PrefillPlan> plan_prefill(const LayerLayout& layout, const kvcompact::tq:
     if (tiles * splits > kMaxGridX) splits = 1;
   }
   return with_key_splits(plan, splits);
-  return plan;
 }
 
 Result<PrefillPlan> with_key_splits(const PrefillPlan& plan, std::uint32_t key_splits) {
@@ -138,8 +142,7 @@ Result<PrefillPlan> with_key_splits(const PrefillPlan& plan, std::uint32_t key_s
   out.workspace_bytes = 0;
   if (key_splits > 1) {
     const std::uint64_t units = query_tiles(out, out.max_batch);
-    const std::uint64_t partial_bytes = std::uint64_t{detail::prefill_wgmma_partial_floats(out.config.has_qjl())} * 4u;
-    out.workspace_bytes = units * key_splits * partial_bytes + units * 4u;  // partials, then counters
+    out.workspace_bytes = units * key_splits * partial_floats(out) * 4u + units * 4u;  // partials, then counters
   }
   return out;
 }
@@ -208,8 +211,8 @@ Status prefill_attention(const PrefillPlan& plan, const DeviceCodec& codec, cons
   p.key_splits = plan.key_splits;
   if (plan.key_splits > 1) {
     p.partials = static_cast<float*>(workspace);
-    p.counters = reinterpret_cast<std::uint32_t*>(p.partials + query_tiles(plan, plan.max_batch) * plan.key_splits *
-                                                                  detail::prefill_wgmma_partial_floats(plan.config.has_qjl()));
+    p.counters = reinterpret_cast<std::uint32_t*>(p.partials +
+                                                  query_tiles(plan, plan.max_batch) * plan.key_splits * partial_floats(plan));
     KVC_CUDA_TRY(cudaMemsetAsync(p.counters, 0, query_tiles(plan, args.batch) * 4u, static_cast<cudaStream_t>(stream)));
   }
   KVC_CUDA_TRY(detail::launch_prefill(p, static_cast<cudaStream_t>(stream)));
