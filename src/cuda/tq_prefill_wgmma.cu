@@ -12,9 +12,10 @@
 //     the softmax on the accumulators and O += P'·V (P' from registers), then release the stage. No block barrier
 //     in the loop: the consumer warpgroups drift apart, so one's softmax overlaps another's MMAs and the
 //     producer's dequantisation.
-//   - `setmaxnreg` moves registers from the producer (80) to the consumers: 144 each of three (512 threads get
-//     128 at launch; the consumers would spill at 128), 208 each of two with QJL keys (384 threads get 168; the
-//     QJL lo fragments take 32). (Two consumers for MSE keys measured 17 % slower at 32K, one producer then
+//   - `setmaxnreg` moves registers from the producer (56) to the consumers: 152 each of three (512 threads get
+//     128 at launch; the consumers would spill at 128; 24 of the 152 hold six of Q_lo's eight k-steps as A
+//     fragments, so that those lo MMAs read only the key tile from shared memory), 208 each of two with QJL keys
+//     (384 threads get 168, producer 80; the QJL lo fragments take 32). (Two consumers for MSE keys measured 17 % slower at 32K, one producer then
 //     feeding only 128 rows.)
 //   - with a key split (PrefillParams::key_splits > 1) the blocks of one query tile each take a part of its key
 //     tiles; the last to finish merges their partials (merge_key_splits) before the epilogue.
@@ -36,17 +37,23 @@ using namespace prefill;
 
 constexpr int D = 128;
 // Consumer warpgroups per block (each owns 64 query rows), registers per thread of the producer and of the
-// consumers after the setmaxnreg moves (three consumers only), and stages of the fp16 tile ring; overridable at
-// compile time for tuning (hilo at 32K: 80 / 144 registers 3 % faster than 56 / 152, 104 / 136 the same as
-// 80 / 144, 32 / 160 6 % slower; docs/cuda-prefill.md).
+// consumers after the setmaxnreg moves (three consumers only), the k-steps of Q_lo held in the consumers'
+// registers (MSE keys), and stages of the fp16 tile ring; overridable at compile time for tuning. Measured at 32K
+// (docs/cuda-prefill.md): six k-steps at 56 / 152 registers 1.4 % (hilo) / 2.5 % (fast) faster than none at
+// 80 / 144; four at 80 / 144 1.2 % slower (hilo) / 3.1 % faster (fast); all eight at 32 / 160 2.4 % / 0.9 %
+// slower (the 32-register producer alone costs 7 % / 2 %); before Q_lo moved to registers, 80 / 144 was 3 %
+// faster than 56 / 152.
 #ifndef KVC_PREFILL_WS_CONSUMERS
 #define KVC_PREFILL_WS_CONSUMERS 3
 #endif
 #ifndef KVC_PREFILL_WS_PRODUCER_REGS
-#define KVC_PREFILL_WS_PRODUCER_REGS 80
+#define KVC_PREFILL_WS_PRODUCER_REGS 56
 #endif
 #ifndef KVC_PREFILL_WS_CONSUMER_REGS
-#define KVC_PREFILL_WS_CONSUMER_REGS 144
+#define KVC_PREFILL_WS_CONSUMER_REGS 152
+#endif
+#ifndef KVC_PREFILL_WS_QLO_REG_STEPS
+#define KVC_PREFILL_WS_QLO_REG_STEPS 6
 #endif
 #ifndef KVC_PREFILL_WS_STAGES
 #define KVC_PREFILL_WS_STAGES 3
@@ -73,6 +80,10 @@ struct Ws {
   static constexpr bool kMoveRegisters = kConsumers == 3 || QJL;
   static constexpr unsigned kProducerRegs = QJL ? 80u : kMseProducerRegs;
   static constexpr unsigned kConsumerRegs = QJL ? 208u : kMseConsumerRegs;
+  // MSE keys: Q_lo's first kQloRegSteps k-steps (of 8) are A fragments in the consumers' registers (RS MMAs), the
+  // rest are read from shared memory like Q_hi (the S MMAs' operand reads are ≈ 58 % of the shared-memory
+  // wavefronts, the busiest unit: docs/cuda-prefill.md). QJL keys keep their registers for the QJL lo part.
+  static constexpr int kQloRegSteps = QJL ? 0 : KVC_PREFILL_WS_QLO_REG_STEPS;
   static constexpr unsigned kConsumerThreads = 128 * kConsumers;
   static constexpr unsigned kThreads = kConsumerThreads + kProducerThreads;  // the producer is the last warpgroup
   static constexpr unsigned kLaunchRegs = (65536 / kThreads) & ~7u;
@@ -86,7 +97,8 @@ struct Ws {
                                     kProducerRegs % 8 == 0 &&
                                     kConsumerRegs % 8 == 0 && kProducerRegs >= 24 && kConsumerRegs <= 256),
                 "setmaxnreg: multiples of 8 in [24, 256] whose total fits the multiprocessor's 64K registers");
-  static_assert(kConsumers >= 1 && kConsumers <= 3 && kStages >= 2, "block shape");
+  static_assert(kConsumers >= 1 && kConsumers <= 3 && kStages >= 2 && kQloRegSteps >= 0 && kQloRegSteps <= 8,
+                "block shape");
 };
 
 // QJL keys only: the QJL queries' hi part (fp16, scaled like the code part's times α·√(π/2d)) and the sign tiles,
@@ -458,6 +470,20 @@ __global__ void __launch_bounds__(Ws<QJL>::kThreads, 1) prefill_wgmma_kernel(Pre
     }
     named_barrier(kQjlLoBarrier, kThreads);  // the producer may now write sign tiles over them
   }
+  // MSE keys: this thread's A fragments of Q_lo's first W::kQloRegSteps k-steps (rows ra, rb; k-step ks = dims
+  // 16 ks ...), for the RS MMAs.
+  constexpr int kQloRegSteps = W::kQloRegSteps;
+  std::uint32_t qlo_frag[kQloRegSteps > 0 ? kQloRegSteps : 1][4];
+  if constexpr (kQloRegSteps > 0) {
+#pragma unroll
+    for (int ks = 0; ks < kQloRegSteps; ++ks) {
+      const unsigned c = 16u * ks + 2u * tig;
+      qlo_frag[ks][0] = *reinterpret_cast<const std::uint32_t*>(sm.qlo + sw128_offset(ra, c, kRows));
+      qlo_frag[ks][1] = *reinterpret_cast<const std::uint32_t*>(sm.qlo + sw128_offset(rb, c, kRows));
+      qlo_frag[ks][2] = *reinterpret_cast<const std::uint32_t*>(sm.qlo + sw128_offset(ra, c + 8, kRows));
+      qlo_frag[ks][3] = *reinterpret_cast<const std::uint32_t*>(sm.qlo + sw128_offset(rb, c + 8, kRows));
+    }
+  }
   float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.0f, l_b = 0.0f;
   float o[2][32];  // dims 64 nb + 8 i + 2 tig (+1), the m64n64 accumulator layout
 #pragma unroll
@@ -482,7 +508,12 @@ __global__ void __launch_bounds__(Ws<QJL>::kThreads, 1) prefill_wgmma_kernel(Pre
 #pragma unroll
     for (unsigned ks = 0; ks < D / 16; ++ks) {
       const unsigned qcol = (ks / 4) * kQBlock + (ks % 4) * 32, kcol = (ks / 4) * kTileBlock + (ks % 4) * 32;
-      wgmma_m64n64k16_ss<0>(s, desc_qlo.at(qcol), desc_k.at(stage * kTileBytes + kcol), true);
+      const int rs = static_cast<int>(ks);  // (the loop is unrolled: one of the two MMAs is compiled per step)
+      if (rs < kQloRegSteps) {
+        wgmma_m64n64k16_rs<0>(s, qlo_frag[rs < kQloRegSteps ? rs : 0], desc_k.at(stage * kTileBytes + kcol), true);
+      } else {
+        wgmma_m64n64k16_ss<0>(s, desc_qlo.at(qcol), desc_k.at(stage * kTileBytes + kcol), true);
+      }
     }
     if constexpr (QJL) {
 #pragma unroll
