@@ -15,8 +15,8 @@
 //   - `setmaxnreg` moves registers from the producer (56) to the consumers: 152 each of three (512 threads get
 //     128 at launch; the consumers would spill at 128; 24 of the 152 hold six of Q_lo's eight k-steps as A
 //     fragments, so that those lo MMAs read only the key tile from shared memory), 208 each of two with QJL keys
-//     (384 threads get 168, producer 80; the QJL lo fragments take 32). (Two consumers for MSE keys measured 17 % slower at 32K, one producer then
-//     feeding only 128 rows.)
+//     (384 threads get 168, producer 80; the QJL lo fragments take 32). (Two consumers for MSE keys measured 17 %
+//     slower at 32K, one producer then feeding only 128 rows.)
 //   - with a key split (PrefillParams::key_splits > 1) the blocks of one query tile each take a part of its key
 //     tiles; the last to finish merges their partials (merge_key_splits) before the epilogue.
 // docs/cuda-prefill.md describes both kernels; prefill_device.cuh holds their shared pieces.
@@ -81,7 +81,7 @@ struct Ws {
   static constexpr unsigned kProducerRegs = QJL ? 80u : kMseProducerRegs;
   static constexpr unsigned kConsumerRegs = QJL ? 208u : kMseConsumerRegs;
   // MSE keys: Q_lo's first kQloRegSteps k-steps (of 8) are A fragments in the consumers' registers (RS MMAs), the
-  // rest are read from shared memory like Q_hi (the S MMAs' operand reads are ≈ 58 % of the shared-memory
+  // rest are read from shared memory like Q_hi (the wgmma operand reads are ≈ 58 % of the shared-memory
   // wavefronts, the busiest unit: docs/cuda-prefill.md). QJL keys keep their registers for the QJL lo part.
   static constexpr int kQloRegSteps = QJL ? 0 : KVC_PREFILL_WS_QLO_REG_STEPS;
   static constexpr unsigned kConsumerThreads = 128 * kConsumers;
