@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "bulk_copy.cuh"
 #include "decode_coords.hpp"
 #include "mbarrier.cuh"
 #include "params.hpp"
@@ -78,15 +79,9 @@ __device__ inline std::uint32_t transpose8x8(std::uint32_t x) {
   return y;
 }
 
-// Tile loads use the Hopper bulk-copy engine (cp.async.bulk, "TMA" without a tensor map): one thread issues
-// one copy per region and stage, completion is counted in bytes on the stage's mbarrier. Compared with
-// per-thread 16-byte cp.async this removes ~300 address instructions per thread and tile.
-__device__ inline void bulk_copy(void* dst, const void* src, std::uint32_t bytes, std::uint64_t* bar) {
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(smem_addr(dst)),
-      "l"(src), "r"(bytes), "r"(smem_addr(bar))
-      : "memory");
-}
+// Tile loads use the Hopper bulk-copy engine (bulk_copy.cuh): one thread issues one copy per region and stage,
+// completion is counted in bytes on the stage's mbarrier. Compared with per-thread 16-byte cp.async this removes
+// ~300 address instructions per thread and tile.
 
 // The bytes of one token row that one lane needs, read once per tile into registers. Rows are 8-byte aligned
 // (every row size is a multiple of 8 and decode_attention requires a 16-byte aligned layer), so slices whose
@@ -260,20 +255,8 @@ struct Shape {
   static constexpr bool key_rows_a16 = kc_bpt % 16 == 0 && slice_k % 16 == 0;
 };
 
-// The 16-byte chunks covering `tokens` packed records of one region from token p0: the bulk copy needs
-// 16-byte aligned addresses and sizes; the byte shift of the first record inside the first chunk is the same
-// for every tile (region_shift), and the chunks stay inside the layer buffer plus its documented slack.
-struct RegionCopy {
-  const void* src;
-  std::uint32_t bytes;
-};
-__device__ inline RegionCopy region_copy(const std::uint8_t* region, std::uint32_t p0, std::uint32_t tokens,
-                                         std::uint32_t bpt) {
-  const std::uintptr_t start = reinterpret_cast<std::uintptr_t>(region) + static_cast<std::uintptr_t>(p0) * bpt;
-  const std::uintptr_t aligned = start & ~static_cast<std::uintptr_t>(15);
-  const std::uint32_t bytes = static_cast<std::uint32_t>(start - aligned) + tokens * bpt;
-  return RegionCopy{reinterpret_cast<const void*>(aligned), (bytes + 15u) & ~15u};
-}
+// (region_copy, bulk_copy.cuh: the byte shift of a region's first record inside its first chunk is the same for
+// every tile, region_shift.)
 __device__ inline std::uint32_t region_shift(const std::uint8_t* region) {
   return static_cast<std::uint32_t>(reinterpret_cast<std::uintptr_t>(region) & 15u);
 }

@@ -1,7 +1,7 @@
 // Chunked-prefill attention on warpgroup MMAs (wgmma, sm_90a) for head_dim 128, warp-specialised: the same
 // contract and the same numbers as prefill_kernel (tq_prefill.cu) — fp16 hi + lo queries, fp16 α·centroid tiles,
 // P' = p · n_v / R · 2^15 as fp16 hi (+ lo with HiLo), fp32 accumulation.
-//   - a producer warpgroup copies each 64-token tile's packed bytes (cp.async, two tiles ahead) and dequantises
+//   - a producer warpgroup copies each 64-token tile's packed bytes (bulk copies, two tiles ahead) and dequantises
 //     keys and values (and for QJL keys the sign tile, ±ρ per token) into a ring of SW128 fp16
 //     stages, with the tile's per-token factors; an mbarrier per stage says "full", another "empty";
 //   - consumer warpgroups (three for MSE keys, two for QJL keys: their query and sign tiles need the shared
@@ -24,6 +24,7 @@
 
 #include <cstdint>
 
+#include "bulk_copy.cuh"
 #include "mbarrier.cuh"
 #include "wgmma.cuh"
 #include "prefill_device.cuh"
@@ -120,12 +121,13 @@ struct Smem {
   std::uint8_t k[W::kStages][kTileBytes];
   std::uint8_t v[W::kStages][kTileBytes];
   QjlArea<QJL> jl;
-  alignas(16) std::uint8_t packed[2][Staged::bytes];  // the producer's cp.async staging
+  alignas(16) std::uint8_t packed[2][Staged::bytes];  // the producer's staging buffers (bulk copies)
   float kscale[W::kStages][kBN];  // key norms of a stage's tokens (0 past the tile's end)
   float vfac[W::kStages][kBN];    // n_v / R · 2^15 (0 past the tile's end)
   float ratio[W::kStages];        // R before / R after the stage's tile (the accumulator's rescale)
   float r_final;                  // R after the last tile
   std::uint64_t full[W::kStages], empty[W::kStages];  // mbarriers
+  std::uint64_t staged[2];                              // the staging buffers' bulk copies (bytes landed)
   float rowfac_c[W::kRows], rowfac_s[W::kRows], row_m[W::kRows], row_l[W::kRows];
   std::uint32_t row_limit[W::kRows];
   std::uint32_t merge_flag;  // the key split's block that merges (the last one to finish)
@@ -199,30 +201,31 @@ __device__ __forceinline__ void sign_tile(unsigned pt, std::uint8_t* tile, const
   }
 }
 
-// Copies the packed bytes of tokens [first, first + cnt) of one region into a staging buffer, by the producer
-// warpgroup (thread pt), as 16-byte cp.async chunks covering them (up to 15 bytes past the last record: inside the
-// next region or the layer buffer's documented slack).
-__device__ __forceinline__ void copy_region(unsigned pt, std::uint8_t* dst, const std::uint8_t* region,
-                                            std::uint64_t first, std::uint32_t cnt, std::uint32_t bpt) {
-  const std::uintptr_t start = reinterpret_cast<std::uintptr_t>(region) + first * bpt;
-  const std::uintptr_t aligned = start & ~static_cast<std::uintptr_t>(15);
-  const std::uint32_t chunks = (static_cast<std::uint32_t>(start - aligned) + cnt * bpt + 15u) / 16u;
-  for (std::uint32_t c = pt; c < chunks; c += kProducerThreads) {
-    cp_async16(dst + 16u * c, reinterpret_cast<const void*>(aligned + 16u * c));
-  }
-}
+// Copies the packed bytes of tokens [first, first + cnt) of every region into a staging buffer: one bulk copy per
+// region (region_copy's 16-byte chunks), issued by one producer thread and counted on the buffer's mbarrier.
+// (Per-thread 16-byte cp.async, the form before, wrote shared memory at 3.5× its ideal wavefronts in the profile.)
 template <bool QJL>
-__device__ __forceinline__ void copy_tile(unsigned pt, const PrefillParams& p, std::uint8_t* base,
-                                          std::uint64_t first, std::uint32_t cnt) {
+__device__ __forceinline__ void copy_tile(const PrefillParams& p, std::uint8_t* base, std::uint64_t first,
+                                          std::uint32_t cnt, std::uint64_t* bar) {
   const Stage<D, QJL, kBN> s(base);
-  copy_region(pt, s.kc, p.layer + p.key_codes, first, cnt, p.kc_bytes);
+  const RegionCopy kc = region_copy(p.layer + p.key_codes, first, cnt, p.kc_bytes);
+  const RegionCopy kn = region_copy(p.layer + p.key_norms, first, cnt, 4u);
+  const RegionCopy vc = region_copy(p.layer + p.value_codes, first, cnt, p.vc_bytes);
+  const RegionCopy vn = region_copy(p.layer + p.value_norms, first, cnt, 4u);
+  RegionCopy ks{nullptr, 0u}, kr{nullptr, 0u};
   if constexpr (QJL) {
-    copy_region(pt, s.ks, p.layer + p.key_signs, first, cnt, p.ks_bytes);
-    copy_region(pt, s.kr, p.layer + p.key_rho, first, cnt, 2u);
+    ks = region_copy(p.layer + p.key_signs, first, cnt, p.ks_bytes);
+    kr = region_copy(p.layer + p.key_rho, first, cnt, 2u);
   }
-  copy_region(pt, s.kn, p.layer + p.key_norms, first, cnt, 4u);
-  copy_region(pt, s.vc, p.layer + p.value_codes, first, cnt, p.vc_bytes);
-  copy_region(pt, s.vn, p.layer + p.value_norms, first, cnt, 4u);
+  mbar_arrive_expect_tx(bar, kc.bytes + ks.bytes + kr.bytes + kn.bytes + vc.bytes + vn.bytes);
+  bulk_copy(s.kc, kc.src, kc.bytes, bar);
+  if constexpr (QJL) {
+    bulk_copy(s.ks, ks.src, ks.bytes, bar);
+    bulk_copy(s.kr, kr.src, kr.bytes, bar);
+  }
+  bulk_copy(s.kn, kn.src, kn.bytes, bar);
+  bulk_copy(s.vc, vc.src, vc.bytes, bar);
+  bulk_copy(s.vn, vn.src, vn.bytes, bar);
 }
 
 // A barrier among `threads` threads (whole warps) only.
@@ -346,13 +349,14 @@ __global__ void __launch_bounds__(Ws<QJL>::kThreads, 1) prefill_wgmma_kernel(Pre
   const std::uint64_t slot0 = blk.slot0 + std::uint64_t{tbeg} * kBN;
   auto tile_tokens = [&](std::uint32_t i) { return min(kBN, kend - (tbeg + i) * kBN); };
 
-  // The producer starts the first two tiles' copies while everybody prepares the queries (one commit group per
-  // tile, empty ones included, so that "all but the newest group" always means "the tile needed now").
-  if (producer) {
-    if (ntiles > 0) copy_tile<QJL>(pt, p, sm.packed[0], slot0, tile_tokens(0));
-    cp_async_commit();
-    if (ntiles > 1) copy_tile<QJL>(pt, p, sm.packed[1], slot0 + kBN, tile_tokens(1));
-    cp_async_commit();
+  // The producer's first thread starts the first two tiles' copies while everybody prepares the queries (the
+  // other threads see the staging barriers' initialisation after the block barrier below).
+  if (producer && pt == 0) {
+    mbar_init(&sm.staged[0], 1);
+    mbar_init(&sm.staged[1], 1);
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    if (ntiles > 0) copy_tile<QJL>(p, sm.packed[0], slot0, tile_tokens(0), &sm.staged[0]);
+    if (ntiles > 1) copy_tile<QJL>(p, sm.packed[1], slot0 + kBN, tile_tokens(1), &sm.staged[1]);
   }
   for (unsigned r = tid; r < kRows; r += kThreads) sm.row_limit[r] = blk.row_limit(r, p);
   fill_pair_table<kThreads>(sm.pair_k, p.key_code_bits, t.key_lut_scale, t.key_centroids);
@@ -399,8 +403,7 @@ __global__ void __launch_bounds__(Ws<QJL>::kThreads, 1) prefill_wgmma_kernel(Pre
     float r_run = 0.0f;
     for (std::uint32_t i = 0; i < ntiles; ++i) {
       const unsigned stage = i % kStages, buf = i & 1u;
-      cp_async_wait1();  // this thread's copies of tile i (tile i + 1's may still run)
-      named_barrier(kProducerBarrier, kProducerThreads);  // everybody's copies of tile i are in
+      mbar_spin_wait(&sm.staged[buf], (i >> 1) & 1u);  // tile i's bytes are in packed[buf]
       if (i >= kStages) mbar_spin_wait(&sm.empty[stage], (i / kStages - 1) & 1u);  // its consumers are done
       const Stage<D, QJL, kBN> s(sm.packed[buf]);
       const std::uint64_t first = slot0 + i * kBN;
@@ -435,8 +438,7 @@ __global__ void __launch_bounds__(Ws<QJL>::kThreads, 1) prefill_wgmma_kernel(Pre
       fence_shared_for_async();
       mbar_arrive(&sm.full[stage]);  // (release: the stage's fp16 tiles and factors, and r_final)
       named_barrier(kProducerBarrier, kProducerThreads);  // everybody is done reading packed[buf]
-      if (i + 2 < ntiles) copy_tile<QJL>(pt, p, sm.packed[buf], first + 2 * kBN, tile_tokens(i + 2));
-      cp_async_commit();
+      if (pt == 0 && i + 2 < ntiles) copy_tile<QJL>(p, sm.packed[buf], first + 2 * kBN, tile_tokens(i + 2), &sm.staged[buf]);
     }
     return;
   }
