@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "mbarrier.cuh"
+#include "region_span.hpp"
 
 namespace kvcompact::cuda::tq::detail {
 
@@ -21,18 +22,17 @@ __device__ inline void bulk_copy(void* dst, const void* src, std::uint32_t bytes
 }
 
 // The 16-byte chunks covering `tokens` packed records of `bpt` bytes of one region from token p0, as a bulk copy
-// needs them (16-byte aligned source and size): they start at the chunk holding the first record and may end up
-// to 15 bytes past the last one (inside the next region or the layer buffer's documented slack).
+// needs them (16-byte aligned source and size; region_span.hpp): up to 15 bytes past the last record are read,
+// inside the next region or the layer buffer's documented slack.
 struct RegionCopy {
   const void* src;
   std::uint32_t bytes;
 };
 __device__ inline RegionCopy region_copy(const std::uint8_t* region, std::uint64_t p0, std::uint32_t tokens,
                                          std::uint32_t bpt) {
-  const std::uintptr_t start = reinterpret_cast<std::uintptr_t>(region) + static_cast<std::uintptr_t>(p0) * bpt;
-  const std::uintptr_t aligned = start & ~static_cast<std::uintptr_t>(15);
-  const std::uint32_t bytes = static_cast<std::uint32_t>(start - aligned) + tokens * bpt;
-  return RegionCopy{reinterpret_cast<const void*>(aligned), (bytes + 15u) & ~15u};
+  const RegionSpan span = region_span(
+      reinterpret_cast<std::uintptr_t>(region) + static_cast<std::uintptr_t>(p0) * bpt, tokens, bpt);
+  return RegionCopy{reinterpret_cast<const void*>(span.aligned), span.bytes};
 }
 
 }  // namespace kvcompact::cuda::tq::detail

@@ -163,6 +163,14 @@ static_assert(2 * Ws<false>::kQBytes >= Ws<false>::kRows * D * 4 && 2 * Ws<true>
               "the epilogue rows fit in the query area");
 static_assert(StageLayout<D, false, kBN>::bytes % 16 == 0 && StageLayout<D, true, kBN>::bytes % 16 == 0,
               "staging buffers stay 16-byte aligned");
+// A region's bulk copy (region_span: up to 15 bytes before the first record, rounded up to 16 past the last) fits
+// its staging region at the widest records: 5-bit key codes, 4-bit value codes.
+constexpr bool staging_holds(unsigned region_bytes, unsigned bpt) { return round16(15u + kBN * bpt) <= region_bytes; }
+using StagingRegions = StageLayout<D, true, kBN>;
+static_assert(staging_holds(StagingRegions::kc, D * 5 / 8) && staging_holds(StagingRegions::ks, D / 8) &&
+                  staging_holds(StagingRegions::kn, 4) && staging_holds(StagingRegions::kr, 2) &&
+                  staging_holds(StagingRegions::vc, D / 2) && staging_holds(StagingRegions::vn, 4),
+              "a tile's bulk copies fit the staging regions");
 
 // Keys (or values) of one staged tile → the SW128 fp16 tile, by the producer warpgroup (thread pt): chunk c =
 // (token c / 16, group c % 16) goes to thread c % 128; a row's 8 chunks of one column block land on distinct banks.
