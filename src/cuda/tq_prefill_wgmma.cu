@@ -446,7 +446,9 @@ __global__ void __launch_bounds__(Ws<QJL>::kThreads, 1) prefill_wgmma_kernel(Pre
       fence_shared_for_async();
       mbar_arrive(&sm.full[stage]);  // (release: the stage's fp16 tiles and factors, and r_final)
       named_barrier(kProducerBarrier, kProducerThreads);  // everybody is done reading packed[buf]
-      if (pt == 0 && i + 2 < ntiles) copy_tile<QJL>(p, sm.packed[buf], first + 2 * kBN, tile_tokens(i + 2), &sm.staged[buf]);
+      if (pt == 0 && i + 2 < ntiles) {
+        copy_tile<QJL>(p, sm.packed[buf], first + 2 * kBN, tile_tokens(i + 2), &sm.staged[buf]);
+      }
     }
     return;
   }
