@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "prefill_params.hpp"
+#include "region_span.hpp"
 
 namespace kvcompact::cuda::tq::detail::prefill {
 
@@ -19,7 +20,6 @@ constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kQScale = 1024.0f;
 constexpr float kPScale = 32768.0f;
 
-constexpr unsigned round16(unsigned x) { return (x + 15u) & ~15u; }
 constexpr unsigned cmax(unsigned a, unsigned b) { return a > b ? a : b; }
 
 // Staging of one tile's packed bytes (kTokens tokens), sized for the widest mode (5-bit key codes, 4-bit

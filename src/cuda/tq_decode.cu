@@ -174,7 +174,6 @@ __device__ __forceinline__ uint2 lds_pair_split(const void* base, std::uint32_t 
   asm("ld.shared.u32 %0, [%2];\n\tld.shared.u32 %1, [%2+4];" : "=r"(v.x), "=r"(v.y) : "r"(a));
   return v;
 }
-constexpr unsigned round16(unsigned x) { return (x + 15u) & ~15u; }
 
 // Fills a lane-replicated lookup table of `entries` entries of kEntryBytes: entry e is the 16-byte pattern(e)
 // repeated, one 16-byte store each (a quarter of the stores of a word at a time). Every thread of the block runs

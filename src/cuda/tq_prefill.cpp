@@ -211,8 +211,8 @@ Status prefill_attention(const PrefillPlan& plan, const DeviceCodec& codec, cons
   p.key_splits = plan.key_splits;
   if (plan.key_splits > 1) {
     p.partials = static_cast<float*>(workspace);
-    p.counters = reinterpret_cast<std::uint32_t*>(p.partials +
-                                                  query_tiles(plan, plan.max_batch) * plan.key_splits * partial_floats(plan));
+    const std::uint64_t partial_total = query_tiles(plan, plan.max_batch) * plan.key_splits * partial_floats(plan);
+    p.counters = reinterpret_cast<std::uint32_t*>(p.partials + partial_total);
     KVC_CUDA_TRY(cudaMemsetAsync(p.counters, 0, query_tiles(plan, args.batch) * 4u, static_cast<cudaStream_t>(stream)));
   }
   KVC_CUDA_TRY(detail::launch_prefill(p, static_cast<cudaStream_t>(stream)));
