@@ -126,19 +126,6 @@ __device__ inline std::uint64_t load_bits(const std::uint8_t* base, std::uint32_
   return static_cast<std::uint64_t>(lo) | (static_cast<std::uint64_t>(hi) << 32);
 }
 
-// Codes of 8 coordinates (a byte-aligned group of `bits` bytes at byte offset `off`) → 8 fp16 centroids through a
-// pair table of 2^(2 bits) entries (entry (code of the higher coordinate) · 2^bits + (code of the lower one) =
-// half2 of both; the lower coordinate is the low half): four lookups.
-__device__ inline uint4 dequant_group_by_pairs(const std::uint8_t* base, std::uint32_t off, std::uint32_t bits,
-                                               const std::uint32_t* lut_pair) {
-  const std::uint64_t w = load_bits(base, off, bits == 5);
-  const std::uint32_t pmask = (1u << (2u * bits)) - 1u;
-  std::uint32_t out[4];
-#pragma unroll
-  for (unsigned k = 0; k < 4; ++k) out[k] = lut_pair[static_cast<std::uint32_t>(w >> (2u * k * bits)) & pmask];
-  return make_uint4(out[0], out[1], out[2], out[3]);
-}
-
 // Codes of 8 coordinates (a byte-aligned group of `bits` bytes at byte offset `off`) → 8 fp16 centroids. Code
 // widths ≤ 3 look a pair of coordinates up at once (≤ 64-entry half2 table), 4 and 5 bits single coordinates.
 __device__ inline uint4 dequant_group(const std::uint8_t* base, std::uint32_t off, std::uint32_t bits,

@@ -27,6 +27,7 @@
 #include "bulk_copy.cuh"
 #include "mbarrier.cuh"
 #include "wgmma.cuh"
+#include "prefill_dequant.cuh"
 #include "prefill_device.cuh"
 #include "prefill_params.hpp"
 
@@ -172,19 +173,18 @@ static_assert(staging_holds(StagingRegions::kc, D * 5 / 8) && staging_holds(Stag
                   staging_holds(StagingRegions::vc, D / 2) && staging_holds(StagingRegions::vn, 4),
               "a tile's bulk copies fit the staging regions");
 
-// Keys (or values) of one staged tile → the SW128 fp16 tile, by the producer warpgroup (thread pt): chunk c =
-// (token c / 16, group c % 16) goes to thread c % 128; a row's 8 chunks of one column block land on distinct banks.
+// Keys (or values) of one staged tile → the SW128 fp16 tile, by the producer warpgroup (thread pt), with the code
+// width as a compile-time constant (prefill_dequant.cuh; widths kMinBits..kMaxBits, a uniform branch per tile).
+// `codes` is the staged region's first row (16-byte aligned at head_dim 128, as prefill_dequant.cuh explains).
+template <unsigned kMinBits, unsigned kMaxBits>
 __device__ __forceinline__ void dequant_tile(unsigned pt, std::uint8_t* tile, const std::uint8_t* codes,
-                                             std::uint32_t shift, std::uint32_t bytes_per_token, std::uint32_t bits,
-                                             const std::uint32_t* pairs) {
-  constexpr unsigned kChunks = kBN * (D / 8);
-  static_assert(kChunks % kProducerThreads == 0, "whole rounds");
-#pragma unroll
-  for (unsigned j = 0; j < kChunks / kProducerThreads; ++j) {
-    const unsigned c = pt + j * kProducerThreads;
-    const unsigned tt = c / 16, gg = c % 16;
-    *reinterpret_cast<uint4*>(tile + sw128_offset(tt, gg * 8, kBN)) =
-        dequant_group_by_pairs(codes, shift + tt * bytes_per_token + gg * bits, bits, pairs);
+                                             std::uint32_t bits, const std::uint32_t* pairs) {
+  if constexpr (kMinBits <= kMaxBits) {
+    if (bits == kMinBits) {
+      dequant_tile_fixed<kMinBits, kBN, kProducerThreads>(pt, tile, codes, pairs);
+    } else {
+      dequant_tile<kMinBits + 1, kMaxBits>(pt, tile, codes, bits, pairs);
+    }
   }
 }
 
@@ -416,10 +416,10 @@ __global__ void __launch_bounds__(Ws<QJL>::kThreads, 1) prefill_wgmma_kernel(Pre
       const Stage<D, QJL, kBN> s(sm.packed[buf]);
       const std::uint64_t first = slot0 + i * kBN;
       const std::uint32_t cnt = tile_tokens(i);
-      dequant_tile(pt, sm.k[stage], s.kc, staged_row0(s.kc, p.layer + p.key_codes, first, p.kc_bytes) - s.kc,
-                   p.kc_bytes, p.key_code_bits, sm.pair_k);
-      dequant_tile(pt, sm.v[stage], s.vc, staged_row0(s.vc, p.layer + p.value_codes, first, p.vc_bytes) - s.vc,
-                   p.vc_bytes, p.value_bits, sm.pair_v);
+      dequant_tile<1, 5>(pt, sm.k[stage], staged_row0(s.kc, p.layer + p.key_codes, first, p.kc_bytes),
+                         p.key_code_bits, sm.pair_k);
+      dequant_tile<2, 4>(pt, sm.v[stage], staged_row0(s.vc, p.layer + p.value_codes, first, p.vc_bytes),
+                         p.value_bits, sm.pair_v);
       if constexpr (QJL) {
         sign_tile(pt, sm.jl.sg[stage], staged_row0(s.ks, p.layer + p.key_signs, first, p.ks_bytes),
                   reinterpret_cast<const unsigned short*>(staged_row0(s.kr, p.layer + p.key_rho, first, 2u)),
