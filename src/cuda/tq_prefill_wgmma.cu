@@ -512,20 +512,27 @@ __global__ void __launch_bounds__(Ws<QJL>::kThreads, 1) prefill_wgmma_kernel(Pre
     // ---- S = Q_hi Kᵀ + Q_lo Kᵀ (64 rows x 64 tokens per warpgroup), k-step s = dims 16 s ...
     float s[32];
     wgmma_fence();
-#pragma unroll
-    for (unsigned ks = 0; ks < D / 16; ++ks) {
+    // Q_lo's MMA of k-step ks (from registers for its first kQloRegSteps steps).
+    auto lo_step = [&](unsigned ks) {
       const unsigned qcol = (ks / 4) * kQBlock + (ks % 4) * 32, kcol = (ks / 4) * kTileBlock + (ks % 4) * 32;
-      wgmma_m64n64k16_ss<0>(s, desc_qhi.at(qcol), desc_k.at(stage * kTileBytes + kcol), ks > 0);
-    }
-#pragma unroll
-    for (unsigned ks = 0; ks < D / 16; ++ks) {
-      const unsigned qcol = (ks / 4) * kQBlock + (ks % 4) * 32, kcol = (ks / 4) * kTileBlock + (ks % 4) * 32;
-      const int rs = static_cast<int>(ks);  // (the loop is unrolled: one of the two MMAs is compiled per step)
+      const int rs = static_cast<int>(ks);  // (the loops are unrolled: one of the two MMAs is compiled per step)
       if (rs < kQloRegSteps) {
         wgmma_m64n64k16_rs<0>(s, qlo_frag[rs < kQloRegSteps ? rs : 0], desc_k.at(stage * kTileBytes + kcol), true);
       } else {
         wgmma_m64n64k16_ss<0>(s, desc_qlo.at(qcol), desc_k.at(stage * kTileBytes + kcol), true);
       }
+    };
+    // QJL keys issue each k-step's hi and lo MMAs together, MSE keys all hi MMAs first: measured 1.1–1.6 % faster
+    // (QJL) and 0.5–1.2 % slower (MSE) the other way round (docs/cuda-prefill.md).
+#pragma unroll
+    for (unsigned ks = 0; ks < D / 16; ++ks) {
+      const unsigned qcol = (ks / 4) * kQBlock + (ks % 4) * 32, kcol = (ks / 4) * kTileBlock + (ks % 4) * 32;
+      wgmma_m64n64k16_ss<0>(s, desc_qhi.at(qcol), desc_k.at(stage * kTileBytes + kcol), ks > 0);
+      if constexpr (QJL) lo_step(ks);
+    }
+    if constexpr (!QJL) {
+#pragma unroll
+      for (unsigned ks = 0; ks < D / 16; ++ks) lo_step(ks);
     }
     if constexpr (QJL) {
 #pragma unroll
@@ -607,16 +614,14 @@ __global__ void __launch_bounds__(Ws<QJL>::kThreads, 1) prefill_wgmma_kernel(Pre
 #pragma unroll
     for (unsigned ks = 0; ks < kBN / 16; ++ks) p_fragment<SPLITP>(s, ks, ph[ks], pl[ks]);
 
-    // ---- O += P'·V: V MN-major (rows = tokens), k-step = tokens 16 ks ..., n-block nb = dims 64 nb ...
+    // ---- O += P'·V: V MN-major (rows = tokens), k-step = tokens 16 ks ..., all 128 dims per MMA (the two
+    // 64-dim blocks of the tile are desc_v's leading byte offset apart)
     wgmma_fence();
 #pragma unroll
     for (unsigned ks = 0; ks < kBN / 16; ++ks) {
-#pragma unroll
-      for (unsigned nb = 0; nb < 2; ++nb) {
-        const GmmaDesc vd = desc_v.at(stage * kTileBytes + nb * kTileBlock + ks * 16 * 128);
-        wgmma_m64n64k16_rs<1>(o[nb], ph[ks], vd, true);
-        if constexpr (SPLITP) wgmma_m64n64k16_rs<1>(o[nb], pl[ks], vd, true);
-      }
+      const GmmaDesc vd = desc_v.at(stage * kTileBytes + ks * 16 * 128);
+      wgmma_m64n128k16_rs<1>(o, ph[ks], vd, true);
+      if constexpr (SPLITP) wgmma_m64n128k16_rs<1>(o, pl[ks], vd, true);
     }
     wgmma_commit();
     wgmma_wait<0>();

@@ -75,6 +75,10 @@ __device__ __forceinline__ void scale_accumulator_rows(float (&d)[NB][32], float
 #define KVC_WGMMA_D32                                                                                          \
   "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, " \
   "%23, %24, %25, %26, %27, %28, %29, %30, %31}"
+#define KVC_WGMMA_REGS64 \
+  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, " \
+  "%23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, " \
+  "%44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
 #define KVC_WGMMA_D32_OPERANDS(d)                                                                              \
   "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),  \
       "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), \
@@ -118,7 +122,22 @@ __device__ __forceinline__ void wgmma_m64n64k16_rs(float (&d)[32], const std::ui
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b.lo), "r"(b.hi), "r"(accumulate ? 1 : 0), "n"(kTransB));
 }
 
+// d (64 x 128, f32) = (accumulate ? d : 0) + A (64 x 16, registers as above) * B (16 x 128, descriptor), as one
+// instruction instead of two m64n64k16 (A read once); d[0] holds columns 0–63 and d[1] columns 64–127, each in the
+// m64n64 layout. B's two 64-column blocks are the descriptor's leading byte offset apart.
+template <int kTransB>
+__device__ __forceinline__ void wgmma_m64n128k16_rs(float (&d)[2][32], const std::uint32_t (&a)[4], GmmaDesc b,
+                                                    bool accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\n.reg .b64 db;\nmov.b64 db, {%68, %69};\nsetp.ne.b32 p, %70, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {" KVC_WGMMA_REGS64 "}, {%64, %65, %66, %67}, db, p, 1, "
+      "1, %71;\n}\n"
+      : KVC_WGMMA_D32_OPERANDS(d[0]), KVC_WGMMA_D32_OPERANDS(d[1])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b.lo), "r"(b.hi), "r"(accumulate ? 1 : 0), "n"(kTransB));
+}
+
 #undef KVC_WGMMA_D32
+#undef KVC_WGMMA_REGS64
 #undef KVC_WGMMA_D32_OPERANDS
 
 }  // namespace kvcompact::cuda
