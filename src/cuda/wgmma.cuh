@@ -1,6 +1,6 @@
 // Hopper warpgroup MMA (wgmma, sm_90a) helpers for fp16 operands with f32 accumulation: the shared-memory
 // layout both operands use (128-byte swizzle), matrix descriptors, and the m64n64k16 instruction with A from
-// shared memory or from registers. A warpgroup is 4 consecutive warps (128 threads); its m64nNk16 accumulator
+// shared memory or from registers (m64n32k16 from shared memory, m64n128k16 from registers). A warpgroup is 4 consecutive warps (128 threads); its m64nNk16 accumulator
 // gives thread t (warp w = t / 32, lane l) rows 16 w + l / 4 and 16 w + l / 4 + 8 and, for each 8-column group
 // i, columns 8 i + 2 (l % 4) and + 1: d[4 i] (row, col), d[4 i + 1] (row, col + 1), d[4 i + 2] (row + 8, col),
 // d[4 i + 3] (row + 8, col + 1) — the mma.sync m16n8 layout per warp.
