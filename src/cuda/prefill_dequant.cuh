@@ -4,8 +4,9 @@
 // Why compile time: with the width a runtime value every group paid variable 64-bit shifts, a runtime row
 // stride and two or three code loads plus a funnel shift; the producer's dequantisation was ≈ 28 instructions per
 // group of 8 coordinates, and removing it altogether made the kernel 18 % faster while conflict-free lookups (the
-// same instructions) gained nothing (docs/cuda-prefill.md, "Producer ablations"). Here a 4-bit group is one load,
-// four byte permutes and four address LEAs for the pairs, four lookups and one store.
+// same instructions) gained nothing (docs/cuda-prefill.md, "Ablations, and the producer's dequantisation by code
+// width"). Here a 4-bit group is one load, four byte permutes and four address LEAs for the pairs, four lookups and
+// one store.
 //
 // Alignment: a token's codes are 16·bits bytes at head_dim 128, the layer is 16-byte aligned (prefill_attention
 // checks) and every region starts at a multiple of 256 bytes (docs/formats.md), so a staged code region's first

@@ -174,7 +174,8 @@ static_assert(staging_holds(StagingRegions::kc, D * 5 / 8) && staging_holds(Stag
               "a tile's bulk copies fit the staging regions");
 
 // Keys (or values) of one staged tile → the SW128 fp16 tile, by the producer warpgroup (thread pt), with the code
-// width as a compile-time constant (prefill_dequant.cuh; widths kMinBits..kMaxBits, a uniform branch per tile).
+// width as a compile-time constant (prefill_dequant.cuh; widths kMinBits..kMaxBits, a uniform branch per tile;
+// plan_prefill admits only those: key codes of 1–5 bits, values of 2–4).
 // `codes` is the staged region's first row (16-byte aligned at head_dim 128, as prefill_dequant.cuh explains).
 template <unsigned kMinBits, unsigned kMaxBits>
 __device__ __forceinline__ void dequant_tile(unsigned pt, std::uint8_t* tile, const std::uint8_t* codes,

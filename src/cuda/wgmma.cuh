@@ -1,9 +1,10 @@
 // Hopper warpgroup MMA (wgmma, sm_90a) helpers for fp16 operands with f32 accumulation: the shared-memory
 // layout both operands use (128-byte swizzle), matrix descriptors, and the m64n64k16 instruction with A from
-// shared memory or from registers (m64n32k16 from shared memory, m64n128k16 from registers). A warpgroup is 4 consecutive warps (128 threads); its m64nNk16 accumulator
-// gives thread t (warp w = t / 32, lane l) rows 16 w + l / 4 and 16 w + l / 4 + 8 and, for each 8-column group
-// i, columns 8 i + 2 (l % 4) and + 1: d[4 i] (row, col), d[4 i + 1] (row, col + 1), d[4 i + 2] (row + 8, col),
-// d[4 i + 3] (row + 8, col + 1) — the mma.sync m16n8 layout per warp.
+// shared memory or from registers (m64n32k16 from shared memory, m64n128k16 from registers). A warpgroup is 4
+// consecutive warps (128 threads); its m64nNk16 accumulator gives thread t (warp w = t / 32, lane l) rows
+// 16 w + l / 4 and 16 w + l / 4 + 8 and, for each 8-column group i, columns 8 i + 2 (l % 4) and + 1: d[4 i]
+// (row, col), d[4 i + 1] (row, col + 1), d[4 i + 2] (row + 8, col), d[4 i + 3] (row + 8, col + 1) — the mma.sync
+// m16n8 layout per warp.
 //
 // Layout ("SW128"): a matrix of R rows x C fp16 columns (C a multiple of 64) is stored as C / 64 column blocks of
 // R rows x 128 bytes each; in a block, row r's 16-byte chunk c (columns 8 c .. 8 c + 7) sits at
