@@ -73,13 +73,14 @@ __device__ __forceinline__ void scale_accumulator_rows(float (&d)[NB][32], float
   }
 }
 
-#define KVC_WGMMA_D32                                                                                          \
-  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, " \
-  "%23, %24, %25, %26, %27, %28, %29, %30, %31}"
-#define KVC_WGMMA_REGS64 \
+// The accumulator operands %0..%31 of an m64n64 instruction (braced: KVC_WGMMA_D32), and %0..%63 of an m64n128 one.
+#define KVC_WGMMA_REGS32                                                                                       \
   "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, " \
-  "%23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, " \
-  "%44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+  "%23, %24, %25, %26, %27, %28, %29, %30, %31"
+#define KVC_WGMMA_D32 "{" KVC_WGMMA_REGS32 "}"
+#define KVC_WGMMA_REGS64                                                                                      \
+  KVC_WGMMA_REGS32 ", %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, " \
+                   "%50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
 #define KVC_WGMMA_D32_OPERANDS(d)                                                                              \
   "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),  \
       "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), \
@@ -138,6 +139,7 @@ __device__ __forceinline__ void wgmma_m64n128k16_rs(float (&d)[2][32], const std
 }
 
 #undef KVC_WGMMA_D32
+#undef KVC_WGMMA_REGS32
 #undef KVC_WGMMA_REGS64
 #undef KVC_WGMMA_D32_OPERANDS
 
