@@ -15,37 +15,13 @@
 #include "kvcompact/tq/rotation.hpp"
 #include "encode_params.hpp"
 #include "encode_setup.hpp"
+#include "lut_scale.hpp"
 
 namespace kvcompact::cuda::tq {
 
 using detail::EncodeParams;
 using detail::kEncodeWarps;
 using detail::Tables;
-
-namespace {
-
-// α in [1, 2) (steps of 2⁻¹²) minimising the largest relative error of fp16(α·c_k) over the centroids.
-float fp16_friendly_scale(std::span<const float> centroids) {
-  float best_alpha = 1.0f;
-  double best_err = 1e300;
-  for (int i = 0; i < 4096; ++i) {
-    const float alpha = 1.0f + static_cast<float>(i) / 4096.0f;
-    double worst = 0.0;
-    for (float c : centroids) {
-      const float x = alpha * c;
-      if (x == 0.0f) continue;
-      const double err = std::fabs(static_cast<double>(f16_to_f32(f32_to_f16(x))) - x) / std::fabs(x);
-      worst = std::max(worst, err);
-    }
-    if (worst < best_err) {
-      best_err = worst;
-      best_alpha = alpha;
-    }
-  }
-  return best_alpha;
-}
-
-}  // namespace
 
 Result<DeviceCodec> DeviceCodec::create(const LayerCodec& codec) {
   const std::uint32_t d = codec.head_dim();
@@ -75,8 +51,8 @@ Result<DeviceCodec> DeviceCodec::create(const LayerCodec& codec) {
   t.has_qjl = cfg.has_qjl() ? 1u : 0u;
   t.norm_correction = cfg.norm_correction ? 1u : 0u;
   t.qjl_scale = codec.qjl_scale();
-  t.key_lut_scale = fp16_friendly_scale(codec.key_codebook().centroids_f32());
-  t.value_lut_scale = fp16_friendly_scale(codec.value_codebook().centroids_f32());
+  t.key_lut_scale = detail::fp16_table_scale(codec.key_codebook());
+  t.value_lut_scale = detail::fp16_table_scale(codec.value_codebook());
   const auto& kc = codec.key_codebook();
   for (std::uint32_t i = 0; i < kc.levels(); ++i) {
     t.key_centroids[i] = kc.centroids_f32()[i];
