@@ -23,8 +23,9 @@ struct Tables {
   std::uint32_t has_qjl;
   std::uint32_t norm_correction;
   float qjl_scale;  // √(π/(2d)) rounded to f32 (LayerCodec::qjl_scale)
-  // Scales α applied to the centroids before they are rounded to fp16 in the decode lookup tables, chosen so
-  // that every α·c_k is (nearly) an fp16 value; the kernel divides α out in fp32 (docs/cuda.md, "Precision").
+  // Scales α applied to the centroids before they are rounded to fp16 in the decode and prefill lookup tables,
+  // chosen so that the α·c_k are nearly fp16 values (the smallest weighted RMS rounding error: lut_scale.hpp); the
+  // kernels divide α out in fp32 (docs/cuda.md, "Precision").
   float key_lut_scale;
   float value_lut_scale;
   float key_centroids[32];
