@@ -30,6 +30,7 @@
 #include "kvcompact/dsv4/rope.hpp"
 #include "kvcompact/dsv4/storage.hpp"
 #include "dsv4/math_dot.hpp"
+#include "test_seed.hpp"
 
 namespace kvcompact::cuda::dsv4 {
 namespace {
@@ -59,10 +60,7 @@ void arm_watchdog() {
   });
 }
 
-std::uint64_t fresh_seed() {
-  std::random_device rd;
-  return (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
-}
+using kvcompact::testing_support::fresh_seed;
 
 template <typename T>
 T take(Result<T>&& r) {

@@ -12,14 +12,12 @@
 #include <span>
 #include <string>
 #include <vector>
+#include "test_seed.hpp"
 
 namespace kvcompact::dsv4::testutil {
 
-// Fresh seed per test from std::random_device; SCOPED_TRACE it so every failure names it.
-inline std::uint64_t fresh_seed() {
-  std::random_device rd;
-  return (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
-}
+// Fresh seed per test (KVCOMPACT_TEST_SEED replays one); SCOPED_TRACE it so every failure names it.
+using kvcompact::testing_support::fresh_seed;
 
 struct Rng {
   explicit Rng(std::uint64_t seed) : gen(seed) {}

@@ -14,6 +14,7 @@
 #include "kvcompact/dsv4/cache.hpp"
 #include "kvcompact/dsv4/config.hpp"
 #include "kvcompact/dsv4/plan.hpp"
+#include "test_seed.hpp"
 
 namespace kvcompact::dsv4::testing {
 
@@ -28,10 +29,7 @@ inline ModelConfig tiny_model(std::uint64_t max_positions = 4096) {
   return m;
 }
 
-inline std::uint64_t fresh_seed() {
-  std::random_device rd;
-  return (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
-}
+using kvcompact::testing_support::fresh_seed;
 
 inline std::uint64_t mix(std::uint64_t x) {  // splitmix64 finaliser
   x += 0x9E3779B97F4A7C15ull;

@@ -5,22 +5,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <random>
 #include <vector>
 
+#include "test_seed.hpp"
+
 namespace kvcompact::tq::testing {
 
-// A fresh random seed per call, which the tests print on failure (SCOPED_TRACE); with KVCOMPACT_TEST_SEED set to a
-// decimal seed every call returns that seed instead, so a failure seen once can be replayed (each test that draws
-// several seeds then runs all its cases on the one given).
-inline std::uint64_t fresh_seed() {
-  if (const char* env = std::getenv("KVCOMPACT_TEST_SEED"); env != nullptr && *env != '\0') {
-    return std::strtoull(env, nullptr, 10);
-  }
-  std::random_device rd;
-  return (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
-}
+using kvcompact::testing_support::fresh_seed;  // KVCOMPACT_TEST_SEED replays a seed (test_seed.hpp)
 
 // Gaussian rows with a few large outlier channels, like real keys.
 inline std::vector<float> random_rows(std::mt19937_64& rng, std::size_t count, std::uint32_t head_dim, float sigma,

@@ -8,11 +8,12 @@
 #include "kvcompact/core/checksum.hpp"
 #include "kvcompact/tq/blob.hpp"
 #include "kvcompact/tq/codec.hpp"
+#include "test_seed.hpp"
 
 namespace kvcompact::tq {
 namespace {
 
-std::uint64_t fresh_seed() { return (static_cast<std::uint64_t>(std::random_device{}()) << 32) | std::random_device{}(); }
+using kvcompact::testing_support::fresh_seed;
 
 // A blob of real encoded data: `tokens` random rows per head.
 LayerBlob make_blob(std::mt19937_64& rng, BlobKind kind, const QuantConfig& config, std::uint32_t head_dim,

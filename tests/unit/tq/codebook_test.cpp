@@ -24,13 +24,12 @@
 #include "kvcompact/core/checksum.hpp"
 #include "kvcompact/tq/codebook.hpp"
 #include "kvcompact/tq/rotation.hpp"
+#include "test_seed.hpp"
 
 namespace kvcompact::tq {
 namespace {
 
-std::uint64_t fresh_seed() {
-  return (static_cast<std::uint64_t>(std::random_device{}()) << 32) | std::random_device{}();
-}
+using kvcompact::testing_support::fresh_seed;
 
 const Codebook& book(std::uint32_t d, std::uint32_t b) {
   auto r = lloyd_max_codebook(d, b);

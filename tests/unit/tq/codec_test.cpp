@@ -9,11 +9,12 @@
 
 #include "kvcompact/tq/codebook.hpp"
 #include "kvcompact/tq/codec.hpp"
+#include "test_seed.hpp"
 
 namespace kvcompact::tq {
 namespace {
 
-std::uint64_t fresh_seed() { return (static_cast<std::uint64_t>(std::random_device{}()) << 32) | std::random_device{}(); }
+using kvcompact::testing_support::fresh_seed;
 
 std::vector<float> random_unit(std::mt19937_64& rng, std::uint32_t d) {
   std::normal_distribution<float> normal;

@@ -12,15 +12,14 @@
 
 #include "kvcompact/tq/prng.hpp"
 #include "kvcompact/tq/rotation.hpp"
+#include "test_seed.hpp"
 
 namespace kvcompact::tq {
 namespace {
 
 const std::vector<std::uint32_t> kDims = {16, 32, 64, 128, 256, 512, 1024, 80, 96, 112, 192, 576, 1008};
 
-std::uint64_t fresh_seed() {
-  return (static_cast<std::uint64_t>(std::random_device{}()) << 32) | std::random_device{}();
-}
+using kvcompact::testing_support::fresh_seed;
 
 Rotation make(std::uint32_t d, std::uint64_t seed) {
   auto r = Rotation::create(d, seed);
