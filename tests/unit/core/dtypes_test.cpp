@@ -20,6 +20,7 @@
 
 #include "kvcompact/core/dtypes.hpp"
 #include "kvcompact/core/parallel.hpp"
+#include "test_seed.hpp"
 
 namespace kvcompact {
 namespace {
@@ -364,7 +365,7 @@ template <typename Encoder>
 void check_sampled(const Encoder& enc, const Reference& ref, double max_finite) {
   Failures failures;
   enc.check_breakpoints(ref, 4, failures);
-  const std::uint32_t seed = std::random_device{}();
+  const std::uint64_t seed = kvcompact::testing_support::fresh_seed();
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> on_range(static_cast<float>(-1.25 * max_finite),
                                                  static_cast<float>(1.25 * max_finite));
@@ -466,7 +467,7 @@ TEST(DTypeNames, ParseRoundTripAndBits) {
 }
 
 TEST(DTypeBulk, ConvertToF32MatchesScalarDecodersAtAnyAlignment) {
-  const std::uint32_t seed = std::random_device{}();
+  const std::uint64_t seed = kvcompact::testing_support::fresh_seed();
   std::mt19937 rng(seed);
   for (std::size_t n : {std::size_t{1}, std::size_t{7}, std::size_t{128}, std::size_t{1001}}) {
     std::vector<unsigned char> raw(n * 4 + 1);
@@ -491,7 +492,7 @@ TEST(DTypeBulk, ConvertToF32MatchesScalarDecodersAtAnyAlignment) {
 }
 
 TEST(DTypeBulk, ConvertFromF32MatchesScalarEncoders) {
-  const std::uint32_t seed = std::random_device{}();
+  const std::uint64_t seed = kvcompact::testing_support::fresh_seed();
   std::mt19937 rng(seed);
   const std::size_t n = 777;
   std::vector<float> src(n);

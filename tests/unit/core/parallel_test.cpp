@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "kvcompact/core/parallel.hpp"
+#include "test_seed.hpp"
 
 namespace kvcompact {
 namespace {
@@ -63,7 +64,7 @@ std::size_t check_cover(std::size_t begin, std::size_t end, std::size_t grain, c
 
 TEST(Parallel, CoversEveryIndexExactlyOnce) {
   ThreadCountGuard guard;
-  const std::uint32_t seed = std::random_device{}();
+  const std::uint64_t seed = kvcompact::testing_support::fresh_seed();
   std::mt19937 rng(seed);
   for (std::size_t threads : {1, 2, 3, 8}) {
     set_num_threads(threads);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kvcompact/core/tensor.hpp"
+#include "test_seed.hpp"
 
 namespace kvcompact {
 namespace {
@@ -37,7 +38,7 @@ TEST(TensorView, MakeViewIsRowMajorContiguous) {
 }
 
 TEST(TensorView, RandomStridedViewsIndexLikeTheFormula) {
-  const std::uint32_t seed = std::random_device{}();
+  const std::uint64_t seed = kvcompact::testing_support::fresh_seed();
   std::mt19937 rng(seed);
   for (int round = 0; round < 200; ++round) {
     const std::size_t rank = 1 + rng() % 4;
@@ -162,7 +163,7 @@ TEST(CheckedView, AcceptsExactFitRejectsOneElementShort) {
 }
 
 TEST(CheckedView, RandomShapesAgainstExtentFormula) {
-  const std::uint32_t seed = std::random_device{}();
+  const std::uint64_t seed = kvcompact::testing_support::fresh_seed();
   std::mt19937_64 rng(seed);
   std::vector<char> buf(4096);
   for (int round = 0; round < 2000; ++round) {
