@@ -9,19 +9,11 @@ namespace kvcompact::cuda::tq::detail {
 
 std::vector<double> centroid_error_weights(const kvcompact::tq::Codebook& codebook) {
   const auto c = codebook.centroids();
-  const auto b = codebook.boundaries();
-  const double exponent = (static_cast<double>(codebook.head_dim()) - 3.0) / 2.0;
-  auto density = [&](double x) { return std::pow(std::max(0.0, 1.0 - x * x), exponent); };
+  const auto mass = codebook.cell_masses();
   std::vector<double> w(c.size());
   double total = 0.0;
   for (std::size_t i = 0; i < c.size(); ++i) {
-    const double lo = i == 0 ? -1.0 : b[i - 1], hi = i + 1 == c.size() ? 1.0 : b[i];
-    // Simpson's rule on 64 panels: the cell masses need a few digits, not more.
-    constexpr int kPanels = 64;
-    const double h = (hi - lo) / kPanels;
-    double mass = density(lo) + density(hi);
-    for (int k = 1; k < kPanels; ++k) mass += density(lo + k * h) * (k % 2 == 1 ? 4.0 : 2.0);
-    w[i] = c[i] * c[i] * mass * h / 3.0;
+    w[i] = c[i] * c[i] * mass[i];
     total += w[i];
   }
   for (double& x : w) x /= total;

@@ -12,7 +12,7 @@
 namespace kvcompact::cuda::tq::detail {
 
 // Each centroid's weight in a dot product's error: c² times the probability of its cell under the coordinate
-// density of the codebook's head_dim, (1 − x²)^((d − 3)/2) (normalised to sum 1). A score's error
+// density (Codebook::cell_masses), normalised to sum 1. A score's error
 // Σ_j q_j·c_j·ε_j over rotated coordinates of similar spread has the variance Σ weight_c·ε_c² (up to ‖q‖²).
 std::vector<double> centroid_error_weights(const kvcompact::tq::Codebook& codebook);
 

@@ -339,10 +339,12 @@ Result<Codebook> Codebook::solve(std::uint32_t head_dim, std::uint32_t bits) {
   book.boundaries_f32_.assign(book.boundaries_.begin(), book.boundaries_.end());
 
   double per_coordinate = 0.0;
+  book.cell_masses_.resize(n);
   for (std::size_t k = 0; k < n; ++k) {
     const double lo = k == 0 ? -1.0 : book.boundaries_[k - 1];
     const double hi = k + 1 == n ? 1.0 : book.boundaries_[k];
     const double m0 = density.mass(lo, hi);
+    book.cell_masses_[k] = m0;
     const double m1 = density.first_moment(lo, hi);
     const double m2 = density.second_moment(lo, hi, m0);
     per_coordinate += m2 - 2.0 * c[k] * m1 + c[k] * c[k] * m0;

@@ -28,6 +28,9 @@ class Codebook {
   std::span<const float> boundaries_f32() const { return boundaries_f32_; }
   // Expected D_mse of a unit vector, d · E[(y − c(y))²], under the exact density (double centroids).
   double distortion() const { return distortion_; }
+  // Probability of each centroid's cell (between its boundaries, ±1 at the ends) under the exact density;
+  // 2^bits values, summing to 1, symmetric like the centroids.
+  std::span<const double> cell_masses() const { return cell_masses_; }
   // Low 32 bits of xxh64 (seed 0) over: the 2^bits f32 centroids (little-endian IEEE bits, ascending),
   // then head_dim as u32 LE, then bits as u32 LE. Stable across platforms.
   std::uint32_t id() const { return id_; }
@@ -52,6 +55,7 @@ class Codebook {
   std::uint32_t bits_ = 0;
   std::vector<double> centroids_;
   std::vector<double> boundaries_;
+  std::vector<double> cell_masses_;
   std::vector<float> centroids_f32_;
   std::vector<float> boundaries_f32_;
   double distortion_ = 0.0;

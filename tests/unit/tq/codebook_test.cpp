@@ -182,6 +182,7 @@ TEST(Codebook, OneBitHasTheClosedForm) {
   EXPECT_NEAR(book(1024, 1).centroids()[1] * 32.0, std::sqrt(2.0 / std::numbers::pi), 1e-3);
 }
 
+// (and the cell masses the codebook reports equal the integrator's)
 TEST(Codebook, SatisfiesTheLloydConditionsUnderAnIndependentIntegrator) {
   for (const auto& [d, b] : std::vector<std::pair<std::uint32_t, std::uint32_t>>{
            {16, 3}, {64, 2}, {80, 4}, {128, 5}, {576, 3}, {1024, 4}}) {
@@ -200,9 +201,14 @@ TEST(Codebook, SatisfiesTheLloydConditionsUnderAnIndependentIntegrator) {
       const double m0 = integrate(f, lo, hi, piece);
       const double m1 = integrate([&](double x) { return x * f(x); }, lo, hi, piece);
       EXPECT_NEAR(c[k], m1 / m0, 1e-10) << "d " << d << " b " << b << " k " << k;
+      EXPECT_NEAR(cb.cell_masses()[k], m0, 1e-12 * m0 + 1e-15) << "d " << d << " b " << b << " k " << k;
+      EXPECT_EQ(cb.cell_masses()[k], cb.cell_masses()[cb.levels() - 1 - k]);
       distortion += integrate([&](double x) { return (x - c[k]) * (x - c[k]) * f(x); }, lo, hi, piece);
     }
     EXPECT_NEAR(cb.distortion(), d * distortion, 1e-9 * cb.distortion()) << "d " << d << " b " << b;
+    double total = 0.0;
+    for (double m : cb.cell_masses()) total += m;
+    EXPECT_NEAR(total, 1.0, 1e-13) << "d " << d << " b " << b;
     EXPECT_LT(cb.solver_residual(), 1e-12);
   }
 }
