@@ -46,7 +46,7 @@ int main(int argc, char** argv) {
     // --sweep-splits: the warpgroup kernel at every key split count (1 … kMaxPrefillKeySplits) beside the plan's.
     if (std::strcmp(argv[i], "--sweep-splits") == 0) sweep_splits = true;
     if (std::strcmp(argv[i], "--chunk") == 0 && i + 1 < argc) chunk = static_cast<std::uint32_t>(std::atoi(argv[++i]));
-    // --only MODE CONTEXT: one case (HiLo) and nothing else (for the profiler).
+    // --only MODE CONTEXT: one case (the default precision) and nothing else (for the profiler and A/B runs).
     if (std::strcmp(argv[i], "--only") == 0 && i + 2 < argc) {
       only_mode = argv[++i];
       only_ctx = static_cast<unsigned>(std::atoi(argv[++i]));
@@ -101,7 +101,7 @@ int main(int argc, char** argv) {
       const double flops = 4.0 * head_dim * q_heads * pairs;
       const std::uint64_t kv_bytes = std::uint64_t{length} * kv_heads * layout.token.total();
       for (cuda::tq::PrefillPrecision precision : precisions) {
-        if (only && precision != cuda::tq::PrefillPrecision::HiLo) continue;
+        if (only && precision != cuda::tq::kDefaultPrefillPrecision) continue;
         auto plan = take(cuda::tq::plan_prefill(layout, mode.config, q_heads, chunk, length, props.multiprocessors,
                                                 precision),
                          "plan_prefill");

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Nsight Compute on the chunked-prefill warpgroup kernel on the GPU machine: builds the prefill benchmark, runs one
-# case (`--only recommended CONTEXT`, hilo, the warpgroup kernel) under ncu on one launch (LAUNCH_SKIP, default 2:
+# case (`--only recommended CONTEXT`, the default precision, the warpgroup kernel) under ncu on one launch (LAUNCH_SKIP, default 2:
 # past the warm-up), with speed of light, warp states, scheduler, instruction, memory and launch statistics and
 # per-instruction stall samples. Report in $OUT/prefill.ncu-rep, a summary on stdout.
 # METRICS=1 adds a second pass over the same launch with the shared-memory and tensor-pipe counters (bank reads

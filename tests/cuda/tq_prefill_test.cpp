@@ -49,7 +49,7 @@ struct PrefillCase {
   bool sinks;
   std::uint32_t window;
   std::vector<Entry> entries;
-  PrefillPrecision precision = PrefillPrecision::HiLo;
+  PrefillPrecision precision = kDefaultPrefillPrecision;
   std::uint32_t kv_heads = 2;
   float query_sigma = 1.0f;  // larger: sharper softmax
   PrefillKernel kernel = PrefillKernel::Auto;
@@ -271,31 +271,35 @@ TEST(CudaPrefill, MatchesTheFloat64OracleAcrossModesAndShapes) {
       {"k=prod3,v=mse4", 64, 4, true, 40, {{2000, 1936, 64}}, P::HiLo, 2, 3.0f},  // sharper softmax
       // A GQA group wider than one block's rows (72 heads of one KV head: 2 head groups at head_dim 256).
       {"k=prod3,v=mse2", 256, 72, true, 0, {{40, 30, 10}, {5, 0, 5}}, P::HiLo, 1},
-      // The fast precision (P rounded to fp16 once).
-      {"k=prod3,v=mse2", 128, 4, true, 0, {{1000, 936, 64}, {129, 0, 129}}, P::Fast},
-      {"k=mse4,v=mse3,nc", 128, 4, false, 32, {{700, 400, 300}, {7, 0, 7}}, P::Fast},
+      {"k=prod3,v=mse2", 128, 4, true, 0, {{1000, 936, 64}, {129, 0, 129}}},
+      {"k=mse4,v=mse3,nc", 128, 4, false, 32, {{700, 400, 300}, {7, 0, 7}}},
       // A long sequence: many key tiles, the running value-norm scale over many tiles.
       {"k=mse4,v=mse3,nc", 128, 4, false, 0, {{5000, 4936, 64}}},
   };
   std::uint32_t warpgroup_cases = 0;
-  for (const PrefillCase& c : cases) {
-    // head_dim 128 runs the warpgroup kernel by default (three consumers for MSE keys, two for QJL keys): with
-    // and without a key split, and the portable kernel on it too.
-    if (c.d == 128) {
-      for (int sms : {kNoSplit, kMostSplits}) {
-        PrefillCase variant = c;
-        variant.multiprocessors = sms;
-        check_prefill(variant, fresh_seed());
+  for (const PrefillCase& shape : cases) {
+    // Every case in both P precisions (Fast, the default, and HiLo; a case's own precision field is overridden).
+    for (P precision : {P::Fast, P::HiLo}) {
+      PrefillCase c = shape;
+      c.precision = precision;
+      // head_dim 128 runs the warpgroup kernel by default (three consumers for MSE keys, two for QJL keys): with
+      // and without a key split, and the portable kernel on it too.
+      if (c.d == 128) {
+        for (int sms : {kNoSplit, kMostSplits}) {
+          PrefillCase variant = c;
+          variant.multiprocessors = sms;
+          check_prefill(variant, fresh_seed());
+        }
+        PrefillCase portable = c;
+        portable.kernel = PrefillKernel::Portable;
+        check_prefill(portable, fresh_seed());
+        ++warpgroup_cases;
+      } else {
+        check_prefill(c, fresh_seed());
       }
-      PrefillCase portable = c;
-      portable.kernel = PrefillKernel::Portable;
-      check_prefill(portable, fresh_seed());
-      ++warpgroup_cases;
-    } else {
-      check_prefill(c, fresh_seed());
     }
   }
-  EXPECT_GE(warpgroup_cases, 12u);
+  EXPECT_GE(warpgroup_cases, 24u);
 }
 
 // plan / run: prefill_attention allocates and synchronises nothing, so it can be captured in a CUDA graph; the

@@ -73,7 +73,7 @@ class DeviceCache {
   // plan_prefill / prefill for that.
   Status attention(std::uint32_t layer, std::span<const kvcompact::tq::AttentionRequest> requests,
                    const kvcompact::tq::AttentionOptions& options, void* stream = nullptr,
-                   PrefillPrecision precision = PrefillPrecision::HiLo);
+                   PrefillPrecision precision = kDefaultPrefillPrecision);
 
   // The plan / run form of chunked prefill over `layer`: plan once per (q_heads, max_rows, max_batch entries
   // per launch); prefill fills args.lengths / args.window_begins with the cache's device mirrors (whatever the
@@ -81,7 +81,7 @@ class DeviceCache {
   // workspace of plan.workspace_bytes (non-zero where the plan splits the keys). Device-side preconditions: see
   // PrefillArgs.
   Result<PrefillPlan> plan_prefill(std::uint32_t layer, std::uint32_t q_heads, std::uint32_t max_rows,
-                                   PrefillPrecision precision = PrefillPrecision::HiLo,
+                                   PrefillPrecision precision = kDefaultPrefillPrecision,
                                    std::uint32_t max_batch = 1) const;
   Status prefill(std::uint32_t layer, const PrefillPlan& plan, PrefillArgs args, void* workspace = nullptr,
                  void* stream = nullptr) const;

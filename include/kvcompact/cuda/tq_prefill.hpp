@@ -13,10 +13,14 @@
 
 namespace kvcompact::cuda::tq {
 
-// How P (the softmax weights times the value norms) enters the P·V tensor-core product. HiLo splits it into
-// fp16 hi + lo parts (two MMAs, ≈ 2⁻²² relative); Fast rounds it to fp16 once (one MMA, ≈ 2⁻¹² relative per
-// weight). Queries are always split hi + lo.
+// How P (the softmax weights times the value norms) enters the P·V tensor-core product. Fast rounds it to fp16
+// once (one MMA, ≈ 2⁻¹² relative per weight); HiLo splits it into fp16 hi + lo parts (two MMAs, ≈ 2⁻²²
+// relative). Queries are always split hi + lo. Both stay within 1e-3 of the float64 oracle; Fast is the
+// default: its arithmetic error is two to three orders of magnitude below what the codec itself does to the
+// attention output, and it takes ≈ 14 % less time. HiLo is for comparisons against an oracle: 2× more precise
+// with 4- and 5-bit keys, 4–160× with 2- and 3-bit and QJL keys (docs/cuda-prefill.md, "Precision").
 enum class PrefillPrecision : std::uint8_t { HiLo = 0, Fast = 1 };
+inline constexpr PrefillPrecision kDefaultPrefillPrecision = PrefillPrecision::Fast;
 
 // Which kernel runs. Warpgroup: warpgroup MMAs (sm_90a wgmma), head_dim 128 only (every mode).
 // Portable: mma.sync, every supported head_dim and mode. Auto: Warpgroup where it exists, Portable otherwise.
@@ -29,7 +33,7 @@ enum class PrefillKernel : std::uint8_t { Auto = 0, Portable = 1, Warpgroup = 2 
 struct PrefillPlan {
   LayerLayout layout{};
   kvcompact::tq::QuantConfig config{};
-  PrefillPrecision precision = PrefillPrecision::HiLo;
+  PrefillPrecision precision = kDefaultPrefillPrecision;
   PrefillKernel kernel = PrefillKernel::Portable;  // the one that runs (never Auto in a plan)
   std::uint32_t q_heads = 0;
   std::uint32_t max_rows = 0;    // query rows of one batch entry
@@ -60,7 +64,7 @@ inline constexpr std::uint32_t kMaxPrefillKeySplits = 8;
 // head_dim).
 Result<PrefillPlan> plan_prefill(const LayerLayout& layout, const kvcompact::tq::QuantConfig& config,
                                  std::uint32_t q_heads, std::uint32_t max_rows, std::uint32_t max_length,
-                                 int multiprocessors, PrefillPrecision precision = PrefillPrecision::HiLo,
+                                 int multiprocessors, PrefillPrecision precision = kDefaultPrefillPrecision,
                                  PrefillKernel kernel = PrefillKernel::Auto, std::uint32_t max_batch = 1);
 
 // `plan` with its keys split `key_splits` ways (1 = no split) and the workspace sized for that: for a caller who
