@@ -11,7 +11,7 @@ cd "$(dirname "$0")/../.."
 source scripts/gpu/ab_common.sh
 BENCH_ARGS="${BENCH_ARGS:-}"
 ROUNDS="${1:-2}"
-ab_build_and_check kvcompact_cuda_tq_encode_bench encode 'CudaEncode*:EncodeQuantiser*:EncodeDivision*:CudaCache.*' \
+ab_build_and_check kvcompact_cuda_tq_encode_bench encode 'CudaEncode*:EncodeQuantiser*:CudaCache.*' \
   'CudaEncodeSmall*' '^\[encode' 300
 rc=$CHECK_RC
 # Benchmark lines: kernel mode d dtype rows us GB/s %copy.

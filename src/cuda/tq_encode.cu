@@ -4,16 +4,18 @@
 //
 // Fast kernel (head_dim 64, 128, 256; 16-byte aligned inputs): head_dim/32 lanes per row, 32 coordinates per
 // lane in registers, one warp = 32·32/head_dim consecutive positions of one KV head and kind. Butterflies are
-// register adds for strides inside a lane and __shfl_xor for strides across lanes; the division by the norm
-// is an error-bounded float-float product with an exact float64 fallback. General kernel (every other
+// register adds for strides inside a lane and __shfl_xor for strides across lanes; the row is normalised as the
+// codec defines it (kvcompact/tq/normalise.hpp: one float product per coordinate). General kernel (every other
 // head_dim): one warp per (row, KV head, key-or-value) item, the row in shared memory.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include "encode_division.hpp"
 #include "encode_params.hpp"
+#include "kvcompact/tq/normalise.hpp"
 
 namespace kvcompact::cuda::tq::detail {
+
+namespace ktq = kvcompact::tq;
 
 namespace {
 
@@ -106,7 +108,12 @@ __global__ void __launch_bounds__(kEncodeWarps * 32) encode_kernel(EncodeParams 
     return;
   }
   __syncwarp();
-  for (unsigned j = lane; j < d; j += 32) y[j] = __double2float_rn(__ddiv_rn(static_cast<double>(y[j]), norm));
+  if (ktq::normalises_by_product(norm)) {
+    const float r = ktq::unit_reciprocal(norm);
+    for (unsigned j = lane; j < d; j += 32) y[j] = ktq::unit_coordinate(y[j], r);
+  } else {
+    for (unsigned j = lane; j < d; j += 32) y[j] = ktq::unit_coordinate_f64(y[j], norm);
+  }
   __syncwarp();
   warp_rotate_forward(y, t, t.main_signs, lane);
 
@@ -215,11 +222,6 @@ __device__ __forceinline__ float flip(float v, std::uint32_t mask, unsigned m) {
   return __uint_as_float(__float_as_uint(v) ^ (((mask >> m) & 1u) << 31));
 }
 
-// The CPU's y = float(x / ‖x‖) in float64, out of line: only rare coordinates and rows take it.
-__device__ __noinline__ float divide_f64(float x, double norm) {
-  return __double2float_rn(__ddiv_rn(static_cast<double>(x), norm));
-}
-
 template <unsigned DT>
 struct RawOf {
   static constexpr unsigned kVecs = DT == 0 ? 8 : 4;  // uint4 per lane per row
@@ -306,22 +308,20 @@ struct Row32 {
   float v[32];
 };
 
-// Recomputes a lane's 32 coordinates of y = float(x / ‖x‖) from the input ring: the float-float result where
-// its check passes (fast_div), the float64 division everywhere else. Out of line: rarely executed.
+// u = RN32(RN64(x / ‖x‖)) for one coordinate, out of line (one copy of the float64 division's code).
+__device__ __noinline__ float divide_f64(float x, double norm) { return ktq::unit_coordinate_f64(x, norm); }
+
+// A lane's 32 coordinates of u = RN32(RN64(x / ‖x‖)), recomputed from the input ring: the codec's form for rows
+// whose norm lies outside [kProductNormMin, kProductNormMax] (normalise.hpp). Out of line: never model data.
 template <unsigned DT>
-__device__ __noinline__ Row32 divide_exact(const uint4* cur, const uint4* masks, unsigned lane, float rh, float rl,
-                                           double norm, bool fast_div) {
+__device__ __noinline__ Row32 divide_exact(const uint4* cur, const uint4* masks, unsigned lane, double norm) {
   uint4 raw[RawOf<DT>::kVecs];
   for (unsigned v = 0; v < RawOf<DT>::kVecs; ++v) raw[v] = cur[v * 32 + lane];
   uint4 pm[4];
   for (unsigned i = 0; i < 4; ++i) pm[i] = masks[i * kEncodeFastWarps * 32];
   Row32 out;
 #pragma unroll
-  for (unsigned m = 0; m < 32; ++m) {
-    const float x = signed_value<DT>(raw, pm, m);
-    const CheckedQuotient q = checked_quotient(x, rh, rl, __fmul_rn(rh, 0x1p-42f));
-    out.v[m] = fast_div && q.exact ? q.value : divide_f64(x, norm);
-  }
+  for (unsigned m = 0; m < 32; ++m) out.v[m] = divide_f64(signed_value<DT>(raw, pm, m), norm);
   return out;
 }
 
@@ -634,32 +634,19 @@ __global__ void __launch_bounds__(kEncodeFastWarps * 32, 2) encode_fast_kernel(E
     const bool good = finite && !overflow && norm != 0.0;
     if (valid && t == 0 && p.status != nullptr && (!finite || overflow)) atomicOr(p.status, !finite ? 1u : 2u);
 
-    // y = float(x / ‖x‖) (float64 division on the CPU): checked_quotient's float-float form, the float64
-    // division for the rare coordinates whose check fails (docs/cuda-encode.md).
-    const bool fast_div = norm >= 0x1p-60 && norm <= 0x1p60;
-    float rh = 0.0f, rl = 0.0f;
-    bool slow = false;
-    if (good && fast_div) {
-      const double rcp = __drcp_rn(norm);
-      rh = __double2float_rn(rcp);
-      rl = __double2float_rn(__dsub_rn(rcp, static_cast<double>(rh)));
-      const float rd = __fmul_rn(rh, 0x1p-42f);  // exact: rh ≥ 2⁻⁶¹ here
+    // u = RN32(x · RN32(1/‖x‖)), the codec's normalisation (normalise.hpp); rows of extreme norm divide in
+    // float64 instead, out of line.
+    if (good && ktq::normalises_by_product(norm)) {
+      const float r = ktq::unit_reciprocal(norm);
 #pragma unroll
-      for (unsigned m = 0; m < 32; ++m) {
-        const CheckedQuotient q = checked_quotient(y[m], rh, rl, rd);
-        slow |= !q.exact;
-        y[m] = q.value;
-      }
-    } else {
-      slow = good;  // a norm outside [2^-60, 2^60]: every coordinate by the float64 division
-#pragma unroll
-      for (unsigned m = 0; m < 32; ++m) y[m] = 0.0f;
-    }
-    if (slow) {
-      // Rare (≈ 2⁻¹⁷ per coordinate, tiny coordinates, extreme norms): out of line, off the hot code.
-      const Row32 exact = divide_exact<DT>(cur, &pair_masks[0][threadIdx.x], lane, rh, rl, norm, good && fast_div);
+      for (unsigned m = 0; m < 32; ++m) y[m] = ktq::unit_coordinate(y[m], r);
+    } else if (good) {
+      const Row32 exact = divide_exact<DT>(cur, &pair_masks[0][threadIdx.x], lane, norm);
 #pragma unroll
       for (unsigned m = 0; m < 32; ++m) y[m] = exact.v[m];
+    } else {
+#pragma unroll
+      for (unsigned m = 0; m < 32; ++m) y[m] = 0.0f;
     }
 
     fast_butterflies<D>(y, t);  // (the ·1/√b: only QJL keys need it, in fast_tail)

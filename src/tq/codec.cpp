@@ -10,6 +10,7 @@
 #include "kvcompact/core/assert.hpp"
 #include "kvcompact/core/dtypes.hpp"
 #include "kvcompact/tq/codebook.hpp"
+#include "kvcompact/tq/normalise.hpp"
 #include "kvcompact/tq/prng.hpp"
 #include "kvcompact/tq/rotation.hpp"
 
@@ -70,6 +71,16 @@ Result<float> norm_to_f32(double norm, std::string_view what) {
   return static_cast<float>(norm);
 }
 
+// y = x / ‖x‖ as the codec defines it (kvcompact/tq/normalise.hpp; the CUDA encode kernels do the same).
+void normalise(std::span<const float> x, double norm, std::span<float> y) {
+  if (normalises_by_product(norm)) {
+    const float r = unit_reciprocal(norm);
+    for (std::size_t j = 0; j < x.size(); ++j) y[j] = unit_coordinate(x[j], r);
+  } else {
+    for (std::size_t j = 0; j < x.size(); ++j) y[j] = unit_coordinate_f64(x[j], norm);
+  }
+}
+
 // Writes Lloyd–Max codes of the unit vector y, returns ‖c[idx]‖² (double).
 double quantize_codes(const Codebook& codebook, std::span<const float> y, std::uint8_t* codes) {
   const std::uint32_t bits = codebook.bits();
@@ -128,7 +139,7 @@ Status LayerCodec::encode_key(std::span<const float> key, KeyRecord out, std::sp
     *out.norm = 0.0f;
     return ok_status();
   }
-  for (std::uint32_t j = 0; j < d; ++j) y[j] = static_cast<float>(key[j] / norm);
+  normalise(key, norm, y);
   main_rotation_->forward(y, y);
   const double code_norm_sq = quantize_codes(*key_codebook_, y, out.codes);
   if (config_.norm_correction) stored_norm = static_cast<float>(norm / std::sqrt(code_norm_sq));
@@ -164,7 +175,7 @@ Status LayerCodec::encode_value(std::span<const float> value, ValueRecord out, s
     return ok_status();
   }
   std::span<float> y = scratch.subspan(0, d);
-  for (std::uint32_t j = 0; j < d; ++j) y[j] = static_cast<float>(value[j] / norm);
+  normalise(value, norm, y);
   main_rotation_->forward(y, y);
   const double code_norm_sq = quantize_codes(*value_codebook_, y, out.codes);
   if (config_.norm_correction) stored_norm = static_cast<float>(norm / std::sqrt(code_norm_sq));

@@ -23,6 +23,7 @@
 #include "kvcompact/tq/codebook.hpp"
 #include "kvcompact/tq/codec.hpp"
 #include "kvcompact/tq/layout.hpp"
+#include "kvcompact/tq/normalise.hpp"
 #include "kvcompact/tq/rotation.hpp"
 #include "unit/tq/attention_test_util.hpp"
 #include "cuda/cuda_test_util.hpp"
@@ -44,9 +45,10 @@ enum class RowKind {
   Zero,         // all zero: zero record, no flag
   HalfZero,     // every other coordinate exactly 0
   OneHot,       // a single nonzero coordinate
-  Tiny,         // scaled by 1e-30 (f32) / smallest normals of the dtype
-  Subnormal,    // subnormal coordinates mixed with normal ones (tiny y: the float64 fallback)
-  Huge,         // scaled by 1e30 (norm beyond 2^60: the whole row takes the float64 division)
+  Tiny,         // f32 / bf16: scaled by 1e-30 or, for half of them, 1e-38 (norm below 2^-120: the codec's float64
+                // division, normalise.hpp); f16: smallest normals
+  Subnormal,    // subnormal coordinates mixed with normal ones (tiny, subnormal products)
+  Huge,         // f32 / bf16: scaled by 1e30 or, for half of them, 1e37 (norm beyond 2^120: the float64 division)
   Overflow,     // norm beyond float32: zero record + kEncodeNormOverflow
   NaN,          // one NaN coordinate: zero record + kEncodeNonFinite
   Inf,          // one inf coordinate: zero record + kEncodeNonFinite
@@ -90,7 +92,8 @@ bool make_tie_row(std::vector<float>& x, const kvcompact::tq::Rotation& rotation
     double s = 0.0;
     for (float v : x) s += static_cast<double>(v) * v;
     const double n = std::sqrt(s);
-    for (std::uint32_t i = 0; i < d; ++i) u[i] = static_cast<float>(x[i] / n);
+    const float r = kvcompact::tq::unit_reciprocal(n);  // the codec's normalisation (normalise.hpp); n is in range
+    for (std::uint32_t i = 0; i < d; ++i) u[i] = kvcompact::tq::unit_coordinate(x[i], r);
     rotation.forward(u, y);
     if (y[j] == target) return true;
     const double gap = static_cast<double>(target) - y[j];
@@ -122,6 +125,7 @@ struct Generator {
       if (!value && (j == 3 || j == d / 2 + 1)) x[j] *= 8.0f;
     }
     std::uniform_int_distribution<std::uint32_t> pick(0, d - 1);
+    std::bernoulli_distribution coin(0.5);
     const float f16_min_normal = 6.103515625e-05f;
     switch (kind) {
       case RowKind::Gaussian: break;
@@ -136,11 +140,13 @@ struct Generator {
         x[at] = v;
         break;
       }
-      case RowKind::Tiny:
-        for (float& v : x) v *= dtype == DType::F16 ? f16_min_normal : 1e-30f;
+      case RowKind::Tiny: {
+        const float scale = dtype == DType::F16 ? f16_min_normal : coin(rng) ? 1e-38f : 1e-30f;
+        for (float& v : x) v *= scale;
         break;
+      }
       case RowKind::Subnormal:
-        // A few coordinates far below the others: y_j underflows the float-float product (fallback path).
+        // A few coordinates far below the others: their products x_j · RN32(1/‖x‖) are subnormal.
         for (std::uint32_t k = 0; k < 4; ++k) {
           const std::uint32_t at = pick(rng);
           x[at] = dtype == DType::F16 ? 6e-8f * static_cast<float>(k + 1)
@@ -150,7 +156,8 @@ struct Generator {
         break;
       case RowKind::Huge:
         if (dtype != DType::F16) {
-          for (float& v : x) v *= 1e30f;
+          const float scale = coin(rng) ? 1e37f : 1e30f;
+          for (float& v : x) v = std::clamp(v * scale, -3e38f, 3e38f);
         } else {
           for (float& v : x) v = std::clamp(v * 8000.0f, -65504.0f, 65504.0f);
         }

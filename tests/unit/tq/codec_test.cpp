@@ -9,6 +9,8 @@
 
 #include "kvcompact/tq/codebook.hpp"
 #include "kvcompact/tq/codec.hpp"
+#include "kvcompact/tq/normalise.hpp"
+#include "kvcompact/tq/rotation.hpp"
 #include "test_seed.hpp"
 
 namespace kvcompact::tq {
@@ -340,6 +342,67 @@ TEST(Codec, ExtremeZeroAndNonFiniteInputs) {
     // A norm beyond float32 (finite coordinates near FLT_MAX) is a typed error, not an inf.
     std::vector<float> huge(d, std::numeric_limits<float>::max());
     EXPECT_EQ(codec.encode_key(huge, key.record(), scratch).error().code, ErrorCode::OutOfRange);
+  }
+}
+
+// The value codes of x under one normalisation (normalise.hpp's product, or the float64 division for every
+// coordinate), then the codec's rotation and codebook: the reference the codec must equal.
+std::vector<std::uint32_t> value_codes_by(const LayerCodec& codec, std::span<const float> x, bool product) {
+  double sum = 0.0;
+  for (float v : x) sum += static_cast<double>(v) * static_cast<double>(v);
+  const double n = std::sqrt(sum);
+  std::vector<float> u(x.size()), y(x.size());
+  const float r = unit_reciprocal(n);
+  for (std::size_t j = 0; j < x.size(); ++j) u[j] = product ? unit_coordinate(x[j], r) : unit_coordinate_f64(x[j], n);
+  codec.main_rotation().forward(u, y);
+  std::vector<std::uint32_t> codes(x.size());
+  for (std::size_t j = 0; j < x.size(); ++j) codes[j] = codec.value_codebook().quantize(y[j]);
+  return codes;
+}
+
+std::vector<std::uint32_t> stored_value_codes(const LayerCodec& codec, const ValueStorage& v) {
+  std::vector<std::uint32_t> codes(codec.head_dim());
+  for (std::uint32_t j = 0; j < codec.head_dim(); ++j) codes[j] = read_code(v.codes.data(), j, codec.value_codebook().bits());
+  return codes;
+}
+
+TEST(Codec, NormalisesByTheFloatProductInItsRangeAndByDivisionOutside) {
+  // The range's ends: the reciprocal is a normal float and a coordinate of the row (|x_j| ≤ n) maps to ≤ 1 + ulp.
+  for (double n : {kProductNormMin, kProductNormMax}) {
+    EXPECT_TRUE(normalises_by_product(n));
+    const float r = unit_reciprocal(n);
+    EXPECT_EQ(std::fpclassify(r), FP_NORMAL) << n;
+    EXPECT_LE(std::fabs(unit_coordinate(static_cast<float>(n), r)), std::nextafter(1.0f, 2.0f));
+  }
+  EXPECT_FALSE(normalises_by_product(std::nextafter(kProductNormMin, 0.0)));
+  EXPECT_FALSE(normalises_by_product(std::nextafter(kProductNormMax, 1e300)));
+
+  // Random rows: the codec's codes equal the product form, and rows where the float64 division would have
+  // given other codes exist (so this test tells the two forms apart). Rows scaled far out take the division.
+  const auto seed = fresh_seed();
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal;
+  const std::uint32_t d = 64;
+  auto codec = LayerCodec::create(d, QuantConfig::parse("k=mse5,v=mse4", 1).value(), 0).value();
+  ValueStorage value(codec.token_bytes());
+  std::vector<float> scratch(2 * d), x(d);
+  // About one row in 10⁵ tells them apart (a rotated coordinate within an ulp of a boundary); the bound leaves
+  // a chance of e⁻¹⁵ to find none.
+  int rows_telling_apart = 0, rows = 0;
+  for (; rows < 2000000 && rows_telling_apart < 1; ++rows) {
+    for (float& v : x) v = normal(rng);
+    ASSERT_TRUE(codec.encode_value(x, value.record(), scratch).ok());
+    const auto by_product = value_codes_by(codec, x, true);
+    ASSERT_EQ(stored_value_codes(codec, value), by_product) << "seed " << seed << " row " << rows;
+    if (value_codes_by(codec, x, false) != by_product) ++rows_telling_apart;
+  }
+  EXPECT_EQ(rows_telling_apart, 1) << "seed " << seed << ": no row in " << rows << " where the two forms differ";
+  for (float scale : {1e-38f, 1e37f}) {  // norms ≈ 1e-37 < 2^-120 and ≈ 1e38 > 2^120
+    for (int i = 0; i < 200; ++i) {
+      for (float& v : x) v = normal(rng) * scale;
+      ASSERT_TRUE(codec.encode_value(x, value.record(), scratch).ok());
+      EXPECT_EQ(stored_value_codes(codec, value), value_codes_by(codec, x, false)) << "seed " << seed << " scale " << scale;
+    }
   }
 }
 
