@@ -348,11 +348,16 @@ __device__ __forceinline__ std::uint32_t cell_code(float y, std::uint32_t cells_
   float u, f;
   asm("fma.rn.sat.f32 %0, %1, %2, %3;" : "=f"(u) : "f"(y), "f"(ca), "f"(cc));
   asm("fma.rm.f32 %0, %1, %2, %3;" : "=f"(f) : "f"(u), "f"(cs), "f"(0x1p23f));
-  std::uint32_t threshold, below;
+  std::uint32_t threshold, code;
   asm("ld.shared.v2.u32 {%0, %1}, [%2];"
-      : "=r"(threshold), "=r"(below)
+      : "=r"(threshold), "=r"(code)
       : "r"(__float_as_uint(f) * 8u + cells_biased));
-  return below + (y >= __uint_as_float(threshold) ? 1u : 0u);
+  // code = below + 1 where y ≥ threshold (NaN thresholds never): a compare and a predicated add in place (the
+  // plain `below + (y ≥ t ? 1 : 0)` compiled to an add, a compare and a predicated move).
+  asm("{\n\t.reg .pred p;\n\tsetp.ge.f32 p, %1, %2;\n\t@p add.u32 %0, %0, 1;\n\t}"
+      : "+r"(code)
+      : "f"(y), "f"(__uint_as_float(threshold)));
+  return code;
 }
 
 // Everything of one warp step after the main rotation's butterflies, for code bits CB, norm correction NC and
@@ -415,7 +420,7 @@ __device__ __forceinline__ void fast_tail(float (&y)[32], const TailArgs& a) {
         idx = p1 ? L / 2 : 0u;
         if constexpr (CB == 2) idx += (v >= (p1 ? b_hi : b_lo)) ? 1u : 0u;
       }
-      half[k >> 2] |= idx << ((k & 3u) * CB);
+      half[k >> 2] += idx << ((k & 3u) * CB);  // the fields are disjoint: + is | and compiles to one LEA
       if constexpr (NC) code_sq = __dadd_rn(code_sq, a.c2[idx]);
       if constexpr (QJL) {
         const float res = __fsub_rn(v, a.cen[idx]);
