@@ -10,6 +10,9 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <cstddef>
+#include <utility>
+
 #include "encode_params.hpp"
 #include "kvcompact/tq/normalise.hpp"
 
@@ -174,15 +177,23 @@ struct Fast {
 
 // Per-block tables in shared memory (both kinds: a warp's kind changes from step to step).
 struct FastTables {
-  double c2[2][32];        // RN(c_k · c_k) in float64 (the CPU's per-term rounding of Σ c²)
-  float thresholds[2][32];  // EncodeQuantiser::thresholds
-  float centroids[2][32];
+  // Per code, both at an 8-byte stride (a code word, the shared-memory address of c2[kind][code], reaches the
+  // centroid at a constant offset; 16 codes × 8 bytes cover the 32 banks once, so lanes never conflict).
+  double c2[2][32];           // RN(c_k · c_k) in float64 (the CPU's per-term rounding of Σ c²)
+  float centroids[2][32][2];  // [kind][code][0] = c_k in float32 (the QJL residual), [1] unused
+  float thresholds[2][32];    // EncodeQuantiser::thresholds
+  // EncodeQuantiser::cells with `below` replaced by the code's word: the shared-memory address of
+  // c2[kind][below] where the kind reads it (norm correction or QJL), else 8 · below (code_word_base).
   CellEntry cells[2][kMaxCellEntries];
   float cell_a[2], cell_c[2], cell_scale[2];
   // cell_code's biased addresses of cells[kind], read back from here: computed in place, ptxas splits the bias
   // off again (one more add per lookup).
   std::uint32_t cells_biased[2];
 };
+
+// From a code word (the address of c2[kind][code]) to centroids[kind][code][0].
+constexpr unsigned kCentroidOffset = offsetof(FastTables, centroids) - offsetof(FastTables, c2);
+static_assert(sizeof(FastTables::c2[0]) == sizeof(FastTables::centroids[0]), "the same stride per kind");
 
 constexpr unsigned kStageBytes = 128 * 5;  // R rows × D/8 chunks × ≤ 5 code bytes = 128·cb per warp step
 
@@ -255,21 +266,34 @@ constexpr std::size_t fast_ring_bytes() {
 
 // Issues the copies of one warp step into `ring` (this lane's vectors at [v·32 + lane]: conflict-free reads),
 // zero-filled for rows past the end; then commits them as one group (possibly empty).
+// One 16-byte copy of the ring: destination and source as a register plus a constant byte offset (immediates
+// of the instruction, so the copies of a step share one address computation).
+template <unsigned kDst, unsigned kSrc>
+__device__ __forceinline__ void ring_copy(unsigned dst, const uint4* src, unsigned src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0+%3], [%1+%4], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes),
+               "n"(kDst), "n"(kSrc)
+               : "memory");
+}
+
+template <unsigned D, unsigned DT, unsigned... V>
+__device__ __forceinline__ void ring_copies(unsigned dst, const uint4* row, unsigned src_bytes,
+                                            std::integer_sequence<unsigned, V...>) {
+  using F = Fast<D>;
+  // Vector v of the lane: f32: chunk c = G·(v/2) + t is 8 floats = vectors 2c, 2c + 1 of the row; bf16 / f16:
+  // chunk c = G·v + t, one vector. `row` points at the lane's first vector (t or 2t).
+  (ring_copy<V * 32 * 16, 16 * (DT == 0 ? 2 * F::G * (V >> 1) + (V & 1u) : F::G * V)>(dst, row, src_bytes), ...);
+}
+
+// Issues the copies of one warp step into `ring` (this lane's vectors at [v·32 + lane]: conflict-free reads),
+// zero-filled for rows past the end (which copy nothing from the start of the tensor); then commits them as one
+// group (possibly empty).
 template <unsigned D, unsigned DT>
 __device__ __forceinline__ void fast_issue(uint4* ring, const void* src, std::uint64_t row_index, unsigned t,
                                            unsigned lane, bool valid) {
-  using F = Fast<D>;
-  const uint4* base = static_cast<const uint4*>(src);
-#pragma unroll
-  for (unsigned v = 0; v < RawOf<DT>::kVecs; ++v) {
-    // f32: chunk c = G·i + t is 8 floats = vectors 2c, 2c + 1 of the row; bf16 / f16: vector c.
-    const unsigned c = DT == 0 ? F::G * (v >> 1) + t : F::G * v + t;
-    const std::uint64_t index = DT == 0 ? row_index * (D / 4) + 2 * c + (v & 1u) : row_index * (D / 8) + c;
-    const uint4* gsrc = valid ? base + index : base;
-    const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(ring + v * 32 + lane));
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gsrc), "r"(valid ? 16 : 0)
-                 : "memory");
-  }
+  const uint4* row =
+      static_cast<const uint4*>(src) + (valid ? row_index * (D / (DT == 0 ? 4 : 8)) + (DT == 0 ? 2 : 1) * t : 0);
+  ring_copies<D, DT>(static_cast<unsigned>(__cvta_generic_to_shared(ring + lane)), row, valid ? 16u : 0u,
+                     std::make_integer_sequence<unsigned, RawOf<DT>::kVecs>{});
   asm volatile("cp.async.commit_group;\n" ::: "memory");
 }
 
@@ -325,6 +349,17 @@ __device__ __noinline__ Row32 divide_exact(const uint4* cur, const uint4* masks,
   return out;
 }
 
+// A lane's 32 coordinates of u for the rows the product does not normalise: zeros for rows that encode as a
+// zero record (non-finite, overflowing or zero norm), else divide_exact. Out of line: never model data.
+template <unsigned DT>
+__device__ __noinline__ Row32 rare_unit_row(const uint4* cur, const uint4* masks, unsigned lane, double norm, bool good) {
+  if (good) return divide_exact<DT>(cur, masks, lane, norm);
+  Row32 zero;
+#pragma unroll
+  for (unsigned m = 0; m < 32; ++m) zero.v[m] = 0.0f;
+  return zero;
+}
+
 // The window ring stores the input widened to f32; an f16 NaN keeps its payload as the CPU's f16_to_f32 does.
 template <unsigned DT>
 __device__ __forceinline__ float window_value(const uint4 (&raw)[RawOf<DT>::kVecs], unsigned m) {
@@ -341,10 +376,11 @@ __device__ __forceinline__ float window_value(const uint4 (&raw)[RawOf<DT>::kVec
 }
 
 // The code of y for 3 bits and more (encode_quantiser.hpp): u = sat(fma(y, a, c)); fma.rm(u, 2^bits, 2^23) is
-// ⌊u · 2^bits⌋ + 2^23 exactly, so its bits are 0x4B000000 + the cell; code = below + (y ≥ threshold).
+// ⌊u · 2^bits⌋ + 2^23 exactly, so its bits are 0x4B000000 + the cell; code = below + (y ≥ threshold), returned as
+// its code word (FastTables::cells: 8 · code + the kind's code_word_base).
 // `cells_biased` = the shared-memory address of the cell entries − 8 · 0x4B000000 (mod 2^32), so that the
 // entry's address is one multiply-add of the float's bits.
-__device__ __forceinline__ std::uint32_t cell_code(float y, std::uint32_t cells_biased, float ca, float cc, float cs) {
+__device__ __forceinline__ std::uint32_t cell_code_word(float y, std::uint32_t cells_biased, float ca, float cc, float cs) {
   float u, f;
   asm("fma.rn.sat.f32 %0, %1, %2, %3;" : "=f"(u) : "f"(y), "f"(ca), "f"(cc));
   asm("fma.rm.f32 %0, %1, %2, %3;" : "=f"(f) : "f"(u), "f"(cs), "f"(0x1p23f));
@@ -352,9 +388,10 @@ __device__ __forceinline__ std::uint32_t cell_code(float y, std::uint32_t cells_
   asm("ld.shared.v2.u32 {%0, %1}, [%2];"
       : "=r"(threshold), "=r"(code)
       : "r"(__float_as_uint(f) * 8u + cells_biased));
-  // code = below + 1 where y ≥ threshold (NaN thresholds never): a compare and a predicated add in place (the
-  // plain `below + (y ≥ t ? 1 : 0)` compiled to an add, a compare and a predicated move).
-  asm("{\n\t.reg .pred p;\n\tsetp.ge.f32 p, %1, %2;\n\t@p add.u32 %0, %0, 1;\n\t}"
+  // word = the word of `below`, advanced by one 8-byte code entry where y ≥ threshold (NaN thresholds never): a
+  // compare and a predicated add in place (the plain `below + (y ≥ t ? 1 : 0)` compiled to an add, a compare
+  // and a predicated move).
+  asm("{\n\t.reg .pred p;\n\tsetp.ge.f32 p, %1, %2;\n\t@p add.u32 %0, %0, 8;\n\t}"
       : "+r"(code)
       : "f"(y), "f"(__uint_as_float(threshold)));
   return code;
@@ -369,8 +406,9 @@ struct TailArgs {
   const EncodeParams* p;
   const float* thr;
   const FastTables* tab;  // the cell tables (3 bits and more)
-  const float* cen;
   const double* c2;
+  const float (*centroids)[2];
+  std::uint32_t code_word_base;  // FastTables::cells: the kind's shared address of c2[kind], or 0
   std::uint8_t* stage_codes;
   std::uint8_t* stage_signs;
   std::uint64_t slot0;
@@ -412,21 +450,36 @@ __device__ __forceinline__ void fast_tail(float (&y)[32], const TailArgs& a) {
     for (unsigned k = 0; k < 8; ++k) {
       const unsigned m = 8 * i + k;
       const float v = y[m];
-      std::uint32_t idx;
+      double c2 = 0.0;
+      float centroid = 0.0f;
+      const unsigned shift = (k & 3u) * CB;  // of the code's field in its half of the group
       if constexpr (CB >= 3) {
-        idx = cell_code(v, cells_biased, cell_a, cell_c, cell_scale);
+        // The code word is 8 · code + code_word_base: (word / 8) << shift is one shift-add, the base's share
+        // of the fields is removed once per half below, and the code's values are read at the word itself.
+        const std::uint32_t word = cell_code_word(v, cells_biased, cell_a, cell_c, cell_scale);
+        half[k >> 2] += shift >= 3 ? word << (shift - 3) : word >> (3 - shift);
+        if constexpr (NC) asm("ld.shared.f64 %0, [%1];" : "=d"(c2) : "r"(word));
+        if constexpr (QJL) asm("ld.shared.f32 %0, [%1+%2];" : "=f"(centroid) : "r"(word), "n"(kCentroidOffset));
       } else {
         const bool p1 = v >= b_mid;
-        idx = p1 ? L / 2 : 0u;
+        std::uint32_t idx = p1 ? L / 2 : 0u;
         if constexpr (CB == 2) idx += (v >= (p1 ? b_hi : b_lo)) ? 1u : 0u;
+        half[k >> 2] += idx << shift;  // the fields are disjoint: + is | and compiles to one LEA
+        if constexpr (NC) c2 = a.c2[idx];
+        if constexpr (QJL) centroid = a.centroids[idx][0];
       }
-      half[k >> 2] += idx << ((k & 3u) * CB);  // the fields are disjoint: + is | and compiles to one LEA
-      if constexpr (NC) code_sq = __dadd_rn(code_sq, a.c2[idx]);
+      if constexpr (NC) code_sq = __dadd_rn(code_sq, c2);
       if constexpr (QJL) {
-        const float res = __fsub_rn(v, a.cen[idx]);
+        const float res = __fsub_rn(v, centroid);
         res_sq = __fma_rn(static_cast<double>(res), static_cast<double>(res), res_sq);  // square exact in f64
         y[m] = res;
       }
+    }
+    if constexpr (CB >= 3) {
+      // Σ_k (base/8) << (k·CB) over the four fields of each half (modulo 2^32, as the sums above).
+      constexpr std::uint32_t fields = 1u + (1u << CB) + (1u << (2 * CB)) + (1u << (3 * CB));
+      half[0] -= (a.code_word_base >> 3) * fields;
+      half[1] -= (a.code_word_base >> 3) * fields;
     }
     const std::uint64_t word = a.good ? (static_cast<std::uint64_t>(half[1]) << (4 * CB)) | half[0] : 0u;
     std::uint8_t* dst = row_stage + (F::G * i + a.t) * CB;
@@ -513,14 +566,24 @@ __global__ void __launch_bounds__(kEncodeFastWarps * 32, 2) encode_fast_kernel(E
     const double ck = gt.key_centroids_f64[i], cv = gt.value_centroids_f64[i];
     tab.c2[0][i] = __dmul_rn(ck, ck);
     tab.c2[1][i] = __dmul_rn(cv, cv);
+    tab.centroids[0][i][0] = gt.key_centroids[i];
+    tab.centroids[1][i][0] = gt.value_centroids[i];
+    tab.centroids[0][i][1] = tab.centroids[1][i][1] = 0.0f;
     tab.thresholds[0][i] = gt.key_quantiser.thresholds[i];
     tab.thresholds[1][i] = gt.value_quantiser.thresholds[i];
-    tab.centroids[0][i] = gt.key_centroids[i];
-    tab.centroids[1][i] = gt.value_centroids[i];
   }
+  // Code words: a kind that reads its code entries (norm correction; QJL keys) gets their shared address as
+  // the base, the others 0 (their fields then need no correction).
+  // (Scalars, not an array indexed by kind: that would live in local memory.)
+  const std::uint32_t key_word_base =
+      gt.norm_correction != 0 || gt.has_qjl != 0 ? static_cast<std::uint32_t>(__cvta_generic_to_shared(tab.c2[0])) : 0u;
+  const std::uint32_t value_word_base =
+      gt.norm_correction != 0 ? static_cast<std::uint32_t>(__cvta_generic_to_shared(tab.c2[1])) : 0u;
   for (unsigned i = threadIdx.x; i < 2 * kMaxCellEntries; i += blockDim.x) {
     const unsigned kind = i / kMaxCellEntries;
-    tab.cells[kind][i % kMaxCellEntries] = (kind ? gt.value_quantiser : gt.key_quantiser).cells[i % kMaxCellEntries];
+    CellEntry e = (kind ? gt.value_quantiser : gt.key_quantiser).cells[i % kMaxCellEntries];
+    e.below = (kind ? value_word_base : key_word_base) + 8u * e.below;
+    tab.cells[kind][i % kMaxCellEntries] = e;
   }
   if (threadIdx.x < 2) {
     const EncodeQuantiser& q = threadIdx.x ? gt.value_quantiser : gt.key_quantiser;
@@ -560,38 +623,52 @@ __global__ void __launch_bounds__(kEncodeFastWarps * 32, 2) encode_fast_kernel(E
   const std::uint32_t stride = gridDim.x * kEncodeFastWarps;
   std::uint32_t g = blockIdx.x * kEncodeFastWarps + warp;
 
-  // step g -> (position block, kind, head): neighbouring warps read neighbouring heads of the same rows.
-  auto locate = [&](std::uint32_t gg, std::uint32_t& pb, std::uint32_t& kind, std::uint32_t& head) {
-    pb = gg / (2u * H);
-    const std::uint32_t rem = gg - pb * 2u * H;
-    kind = rem >= H ? 1u : 0u;
-    head = rem - kind * H;
+  // Step g = pb · 2H + rem -> (position block pb, kind, head): neighbouring warps read neighbouring heads of the
+  // same rows. A warp's steps advance by `stride`, so it keeps (pb, rem) of its current step and of the step it
+  // prefetches and advances them without a division.
+  struct Cursor {
+    std::uint32_t g, pb, rem;
+  };
+  const std::uint32_t two_h = 2u * H, stride_pb = stride / two_h, stride_rem = stride % two_h;
+  auto cursor_at = [&](std::uint32_t gg) { return Cursor{gg, gg / two_h, gg % two_h}; };
+  auto advance = [&](Cursor& c) {
+    c.g += stride;
+    c.pb += stride_pb;
+    c.rem += stride_rem;
+    if (c.rem >= two_h) {
+      c.rem -= two_h;
+      ++c.pb;
+    }
   };
 
   extern __shared__ uint4 ring_all[];
   uint4* const ring = ring_all + warp * kRingStages * RawOf<DT>::kVecs * 32u;
-  auto issue = [&](std::uint32_t gg, unsigned stage) {
-    std::uint32_t pb = 0, kind = 0, head = 0;
-    if (gg < total) locate(gg, pb, kind, head);
-    const std::uint32_t row = pb * F::R + rr;
+  auto issue = [&](const Cursor& c, unsigned stage) {
+    const bool in_range = c.g < total;
+    const std::uint32_t kind = c.rem >= H ? 1u : 0u;
+    const std::uint32_t head = c.rem - kind * H;
+    const std::uint32_t row = c.pb * F::R + rr;
     fast_issue<D, DT>(ring + stage * RawOf<DT>::kVecs * 32u, kind ? p.values : p.keys,
-                      static_cast<std::uint64_t>(row) * H + head, t, lane, gg < total && row < p.rows);
+                      static_cast<std::uint64_t>(row) * H + head, t, lane, in_range && row < p.rows);
   };
-  issue(g, 0);
-  issue(g + stride, 1);
+  Cursor now = cursor_at(g);
+  issue(now, 0);
+  issue(cursor_at(g + stride), 1);
+  Cursor ahead = cursor_at(g + 2 * stride);
   unsigned stage = 0;
-  for (; g < total; g += stride, stage = stage == kRingStages - 1 ? 0 : stage + 1) {
+  for (; now.g < total; advance(now), advance(ahead), stage = stage == kRingStages - 1 ? 0 : stage + 1) {
     // Opaque to the compiler: stops it hoisting 32 per-register sign words out of the loop (and spilling them).
     asm volatile("" : "+r"(qjl_mask));
-    std::uint32_t pb, kind, head;
-    locate(g, pb, kind, head);
+    const std::uint32_t pb = now.pb;
+    const std::uint32_t kind = now.rem >= H ? 1u : 0u;
+    const std::uint32_t head = now.rem - kind * H;
     const std::uint32_t row = pb * F::R + rr;
     const bool valid = row < p.rows;
     const std::uint32_t rows_here = min(F::R, p.rows - pb * F::R);
 
     // Two steps ahead into the stage freed by the previous step; then this step's copies (issued two groups
     // ago) are complete. Each lane reads back only what it copied itself, so no barrier is needed.
-    issue(g + 2 * stride, stage == 0 ? kRingStages - 1 : stage - 1);
+    issue(ahead, stage == 0 ? kRingStages - 1 : stage - 1);
     asm volatile("cp.async.wait_group 2;\n" ::: "memory");
     const uint4* cur = ring + stage * RawOf<DT>::kVecs * 32u;
     uint4 raw[RawOf<DT>::kVecs];
@@ -645,13 +722,11 @@ __global__ void __launch_bounds__(kEncodeFastWarps * 32, 2) encode_fast_kernel(E
       const float r = ktq::unit_reciprocal(norm);
 #pragma unroll
       for (unsigned m = 0; m < 32; ++m) y[m] = ktq::unit_coordinate(y[m], r);
-    } else if (good) {
-      const Row32 exact = divide_exact<DT>(cur, &pair_masks[0][threadIdx.x], lane, norm);
-#pragma unroll
-      for (unsigned m = 0; m < 32; ++m) y[m] = exact.v[m];
     } else {
+      // Out of line, zeros included: inlined, the zeroing of y was hoisted into every step.
+      const Row32 rare = rare_unit_row<DT>(cur, &pair_masks[0][threadIdx.x], lane, norm, good);
 #pragma unroll
-      for (unsigned m = 0; m < 32; ++m) y[m] = 0.0f;
+      for (unsigned m = 0; m < 32; ++m) y[m] = rare.v[m];
     }
 
     fast_butterflies<D>(y, t);  // (the ·1/√b: only QJL keys need it, in fast_tail)
@@ -660,8 +735,9 @@ __global__ void __launch_bounds__(kEncodeFastWarps * 32, 2) encode_fast_kernel(E
     a.p = &p;
     a.thr = tab.thresholds[kind];
     a.tab = &tab;
-    a.cen = tab.centroids[kind];
     a.c2 = tab.c2[kind];
+    a.centroids = tab.centroids[kind];
+    a.code_word_base = kind ? value_word_base : key_word_base;
     a.stage_codes = stage_codes[warp];
     a.stage_signs = stage_signs[warp];
     a.slot0 = slot0;

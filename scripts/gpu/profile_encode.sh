@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Nsight Compute on the fast encode kernel of the working tree on the GPU machine: builds the encode benchmark,
+# profiles one launch of its quick run (LAUNCH_SKIP: 2 = recommended, 9 = seed mode; bf16, head_dim 128) with
+# speed of light, warp states, scheduler, instruction, launch statistics and per-instruction counters (executed
+# instructions and stall samples). Report in $OUT/encode.ncu-rep, the per-instruction page in
+# $OUT/encode_sass.csv (scripts/dev/encode_step_mix.py turns it into instructions per warp step by region),
+# a summary on stdout (scripts/gpu/ncu_summary.sh).
+# Usage: LAUNCH_SKIP=2 scripts/gpu/profile_encode.sh
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT="${OUT:-$PWD/out}"
+mkdir -p "$OUT"
+source scripts/gpu/configure.sh
+source scripts/gpu/ncu_summary.sh
+gpu_configure build-gpu "$OUT/profile_build.log" || { tail -30 "$OUT/profile_build.log"; exit 1; }
+cmake --build build-gpu -j16 --target kvcompact_cuda_tq_encode_bench >> "$OUT/profile_build.log" 2>&1 \
+  || { grep -E "error" -A3 "$OUT/profile_build.log" | head -30; exit 1; }
+echo "== ncu: encode_fast_kernel, launch ${LAUNCH_SKIP:-2} of the quick run"
+timeout "${PROFILE_TIMEOUT:-180}" ncu --clock-control none -k "regex:encode_fast_kernel" \
+  --launch-skip "${LAUNCH_SKIP:-2}" --launch-count 1 \
+  --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section InstructionStats \
+  --section LaunchStats --section Occupancy --section ComputeWorkloadAnalysis --section SourceCounters \
+  --import-source no -o "$OUT/encode" \
+  build-gpu/src/cuda/bench/kvcompact_cuda_tq_encode_bench --quick > "$OUT/ncu_encode.txt" 2>&1
+echo "ncu exit code: $?"
+ncu_summary "$OUT/encode.ncu-rep" 30
