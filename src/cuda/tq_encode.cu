@@ -308,17 +308,25 @@ __device__ __forceinline__ void copy_out(std::uint8_t* dst, const std::uint8_t* 
   }
 }
 
-// Input value of register m with the rotation sign applied: the packed word XOR its pair mask (bit 15 / 31 =
-// sign of the lower / upper coordinate of the word, bf16 and f16), then widened exactly.
+// A lane's main-rotation signs. bf16 / f16: packed-word masks per chunk i (bit 15 / 31 = sign of the lower /
+// upper coordinate of a word), read from shared memory every step; f32: one register, bit m = the sign of the
+// coordinate in register m (so the f32 instances need no mask array in shared memory, which lets two blocks
+// with their twice-as-large input rings fit on a multiprocessor).
+struct MainSigns {
+  uint4 pairs[4];
+  std::uint32_t bits;
+};
+
+// Input value of register m with the rotation sign applied: for bf16 / f16 the packed word XOR its pair mask,
+// then widened exactly; for f32 the sign bit flipped.
 template <unsigned DT>
-__device__ __forceinline__ float signed_value(const uint4 (&raw)[RawOf<DT>::kVecs], const uint4 (&pm)[4], unsigned m) {
+__device__ __forceinline__ float signed_value(const uint4 (&raw)[RawOf<DT>::kVecs], const MainSigns& signs, unsigned m) {
   const unsigned i = m >> 3, k = m & 7u, q = k >> 1;
-  const uint4 pv = pm[i];
-  const unsigned mask = q == 0 ? pv.x : q == 1 ? pv.y : q == 2 ? pv.z : pv.w;
   if constexpr (DT == 0) {
-    const unsigned sbit = (k & 1u) ? (mask & 0x80000000u) : ((mask << 16) & 0x80000000u);
-    return __uint_as_float(__float_as_uint(raw_value<DT>(raw, m)) ^ sbit);
+    return flip(raw_value<DT>(raw, m), signs.bits, m);
   } else {
+    const uint4 pv = signs.pairs[i];
+    const unsigned mask = q == 0 ? pv.x : q == 1 ? pv.y : q == 2 ? pv.z : pv.w;
     const uint4 v = raw[i];
     const unsigned w = (q == 0 ? v.x : q == 1 ? v.y : q == 2 ? v.z : v.w) ^ mask;
     if constexpr (DT == 1) {
@@ -338,22 +346,27 @@ __device__ __noinline__ float divide_f64(float x, double norm) { return ktq::uni
 // A lane's 32 coordinates of u = RN32(RN64(x / ‖x‖)), recomputed from the input ring: the codec's form for rows
 // whose norm lies outside [kProductNormMin, kProductNormMax] (normalise.hpp). Out of line: never model data.
 template <unsigned DT>
-__device__ __noinline__ Row32 divide_exact(const uint4* cur, const uint4* masks, unsigned lane, double norm) {
+__device__ __noinline__ Row32 divide_exact(const uint4* cur, const uint4* pair_masks, std::uint32_t main_mask,
+                                           unsigned lane, double norm) {
   uint4 raw[RawOf<DT>::kVecs];
   for (unsigned v = 0; v < RawOf<DT>::kVecs; ++v) raw[v] = cur[v * 32 + lane];
-  uint4 pm[4];
-  for (unsigned i = 0; i < 4; ++i) pm[i] = masks[i * kEncodeFastWarps * 32];
+  MainSigns signs;
+  signs.bits = main_mask;
+  if constexpr (DT != 0) {
+    for (unsigned i = 0; i < 4; ++i) signs.pairs[i] = pair_masks[i * kEncodeFastWarps * 32];
+  }
   Row32 out;
 #pragma unroll
-  for (unsigned m = 0; m < 32; ++m) out.v[m] = divide_f64(signed_value<DT>(raw, pm, m), norm);
+  for (unsigned m = 0; m < 32; ++m) out.v[m] = divide_f64(signed_value<DT>(raw, signs, m), norm);
   return out;
 }
 
 // A lane's 32 coordinates of u for the rows the product does not normalise: zeros for rows that encode as a
 // zero record (non-finite, overflowing or zero norm), else divide_exact. Out of line: never model data.
 template <unsigned DT>
-__device__ __noinline__ Row32 rare_unit_row(const uint4* cur, const uint4* masks, unsigned lane, double norm, bool good) {
-  if (good) return divide_exact<DT>(cur, masks, lane, norm);
+__device__ __noinline__ Row32 rare_unit_row(const uint4* cur, const uint4* pair_masks, std::uint32_t main_mask,
+                                            unsigned lane, double norm, bool good) {
+  if (good) return divide_exact<DT>(cur, pair_masks, main_mask, lane, norm);
   Row32 zero;
 #pragma unroll
   for (unsigned m = 0; m < 32; ++m) zero.v[m] = 0.0f;
@@ -560,7 +573,8 @@ __global__ void __launch_bounds__(kEncodeFastWarps * 32, 2) encode_fast_kernel(E
   __shared__ FastTables tab;
   __shared__ __align__(16) std::uint8_t stage_codes[kEncodeFastWarps][kStageBytes];
   __shared__ __align__(16) std::uint8_t stage_signs[kEncodeFastWarps][128];
-  __shared__ uint4 pair_masks[4][kEncodeFastWarps * 32];  // [i][thread]: main-rotation sign pairs of chunk i
+  // [i][thread]: main-rotation sign pairs of chunk i (MainSigns; bf16 / f16 only)
+  __shared__ uint4 pair_masks[DT == 0 ? 1 : 4][DT == 0 ? 1 : kEncodeFastWarps * 32];
   const Tables& gt = *p.tables;
   for (unsigned i = threadIdx.x; i < 32; i += blockDim.x) {
     const double ck = gt.key_centroids_f64[i], cv = gt.value_centroids_f64[i];
@@ -597,8 +611,8 @@ __global__ void __launch_bounds__(kEncodeFastWarps * 32, 2) encode_fast_kernel(E
   const unsigned warp = threadIdx.x >> 5;
   const unsigned t = lane % F::G;   // lane within the row
   const unsigned rr = lane / F::G;  // row within the warp step
-  // QJL sign mask: bit m = the coordinate held in register m has sign −1. Main signs as packed-word masks.
-  std::uint32_t qjl_mask = 0;
+  // QJL sign mask: bit m = the coordinate held in register m has sign −1. Main signs: MainSigns.
+  std::uint32_t qjl_mask = 0, main_mask = 0;
 #pragma unroll
   for (unsigned i = 0; i < 4; ++i) {
     unsigned w[4];
@@ -607,9 +621,12 @@ __global__ void __launch_bounds__(kEncodeFastWarps * 32, 2) encode_fast_kernel(E
       const unsigned e = 8 * (F::G * i + t) + 2 * q;
       w[q] = (gt.main_signs[e] < 0.0f ? 0x8000u : 0u) | (gt.main_signs[e + 1] < 0.0f ? 0x80000000u : 0u);
     }
-    pair_masks[i][threadIdx.x] = make_uint4(w[0], w[1], w[2], w[3]);
+    if constexpr (DT != 0) pair_masks[i][threadIdx.x] = make_uint4(w[0], w[1], w[2], w[3]);
 #pragma unroll
-    for (unsigned k = 0; k < 8; ++k) qjl_mask |= (gt.qjl_signs[8 * (F::G * i + t) + k] < 0.0f ? 1u : 0u) << (8 * i + k);
+    for (unsigned k = 0; k < 8; ++k) {
+      qjl_mask |= (gt.qjl_signs[8 * (F::G * i + t) + k] < 0.0f ? 1u : 0u) << (8 * i + k);
+      main_mask |= (gt.main_signs[8 * (F::G * i + t) + k] < 0.0f ? 1u : 0u) << (8 * i + k);
+    }
   }
   const float scale = gt.block_scale[0];
   const float sign_threshold = gt.qjl_sign_threshold;
@@ -658,7 +675,7 @@ __global__ void __launch_bounds__(kEncodeFastWarps * 32, 2) encode_fast_kernel(E
   unsigned stage = 0;
   for (; now.g < total; advance(now), advance(ahead), stage = stage == kRingStages - 1 ? 0 : stage + 1) {
     // Opaque to the compiler: stops it hoisting 32 per-register sign words out of the loop (and spilling them).
-    asm volatile("" : "+r"(qjl_mask));
+    asm volatile("" : "+r"(qjl_mask), "+r"(main_mask));
     const std::uint32_t pb = now.pb;
     const std::uint32_t kind = now.rem >= H ? 1u : 0u;
     const std::uint32_t head = now.rem - kind * H;
@@ -674,9 +691,12 @@ __global__ void __launch_bounds__(kEncodeFastWarps * 32, 2) encode_fast_kernel(E
     uint4 raw[RawOf<DT>::kVecs];
 #pragma unroll
     for (unsigned v = 0; v < RawOf<DT>::kVecs; ++v) raw[v] = cur[v * 32 + lane];
-    uint4 pm[4];
+    MainSigns signs;
+    signs.bits = main_mask;
+    if constexpr (DT != 0) {
 #pragma unroll
-    for (unsigned i = 0; i < 4; ++i) pm[i] = pair_masks[i][threadIdx.x];
+      for (unsigned i = 0; i < 4; ++i) signs.pairs[i] = pair_masks[i][threadIdx.x];
+    }
 
     const std::uint32_t position = p.position + row;
     const std::uint64_t slot0 =
@@ -703,7 +723,7 @@ __global__ void __launch_bounds__(kEncodeFastWarps * 32, 2) encode_fast_kernel(E
     double sum = 0.0;
 #pragma unroll
     for (unsigned m = 0; m < 32; ++m) {
-      const float x = signed_value<DT>(raw, pm, m);
+      const float x = signed_value<DT>(raw, signs, m);
       y[m] = x;
       sum = __fma_rn(static_cast<double>(x), static_cast<double>(x), sum);
     }
@@ -724,7 +744,7 @@ __global__ void __launch_bounds__(kEncodeFastWarps * 32, 2) encode_fast_kernel(E
       for (unsigned m = 0; m < 32; ++m) y[m] = ktq::unit_coordinate(y[m], r);
     } else {
       // Out of line, zeros included: inlined, the zeroing of y was hoisted into every step.
-      const Row32 rare = rare_unit_row<DT>(cur, &pair_masks[0][threadIdx.x], lane, norm, good);
+      const Row32 rare = rare_unit_row<DT>(cur, &pair_masks[0][threadIdx.x], main_mask, lane, norm, good);
 #pragma unroll
       for (unsigned m = 0; m < 32; ++m) y[m] = rare.v[m];
     }
