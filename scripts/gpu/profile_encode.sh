@@ -12,15 +12,7 @@ OUT="${OUT:-$PWD/out}"
 mkdir -p "$OUT"
 source scripts/gpu/configure.sh
 source scripts/gpu/ncu_summary.sh
-gpu_configure build-gpu "$OUT/profile_build.log" || { tail -30 "$OUT/profile_build.log"; exit 1; }
-cmake --build build-gpu -j16 --target kvcompact_cuda_tq_encode_bench >> "$OUT/profile_build.log" 2>&1 \
-  || { grep -E "error" -A3 "$OUT/profile_build.log" | head -30; exit 1; }
+profile_build kvcompact_cuda_tq_encode_bench
 echo "== ncu: encode_fast_kernel, launch ${LAUNCH_SKIP:-2} of the quick run"
-timeout "${PROFILE_TIMEOUT:-180}" ncu --clock-control none -k "regex:encode_fast_kernel" \
-  --launch-skip "${LAUNCH_SKIP:-2}" --launch-count 1 \
-  --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section InstructionStats \
-  --section LaunchStats --section Occupancy --section ComputeWorkloadAnalysis --section SourceCounters \
-  --import-source no -o "$OUT/encode" \
-  build-gpu/src/cuda/bench/kvcompact_cuda_tq_encode_bench --quick > "$OUT/ncu_encode.txt" 2>&1
-echo "ncu exit code: $?"
+ncu_one_launch encode encode_fast_kernel "${LAUNCH_SKIP:-2}" build-gpu/src/cuda/bench/kvcompact_cuda_tq_encode_bench --quick
 ncu_summary "$OUT/encode.ncu-rep" 30
