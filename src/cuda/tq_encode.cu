@@ -264,8 +264,6 @@ constexpr std::size_t fast_ring_bytes() {
   return std::size_t{kEncodeFastWarps} * kRingStages * RawOf<DT>::kVecs * 32u * 16u;
 }
 
-// Issues the copies of one warp step into `ring` (this lane's vectors at [v·32 + lane]: conflict-free reads),
-// zero-filled for rows past the end; then commits them as one group (possibly empty).
 // One 16-byte copy of the ring: destination and source as a register plus a constant byte offset (immediates
 // of the instruction, so the copies of a step share one address computation).
 template <unsigned kDst, unsigned kSrc>
@@ -675,7 +673,9 @@ __global__ void __launch_bounds__(kEncodeFastWarps * 32, 2) encode_fast_kernel(E
   unsigned stage = 0;
   for (; now.g < total; advance(now), advance(ahead), stage = stage == kRingStages - 1 ? 0 : stage + 1) {
     // Opaque to the compiler: stops it hoisting 32 per-register sign words out of the loop (and spilling them).
-    asm volatile("" : "+r"(qjl_mask), "+r"(main_mask));
+    // (main_mask likewise, for f32 only: the 16-bit instances read their signs from pair_masks.)
+    asm volatile("" : "+r"(qjl_mask));
+    if constexpr (DT == 0) asm volatile("" : "+r"(main_mask));
     const std::uint32_t pb = now.pb;
     const std::uint32_t kind = now.rem >= H ? 1u : 0u;
     const std::uint32_t head = now.rem - kind * H;
