@@ -36,19 +36,26 @@ struct DecodeParams {
   // in the workspace (tq_decode.cu, merge_if_last, says how they work).
   unsigned long long* arrivals;
   std::uint32_t merge_in_kernel;
+  std::uint32_t wide;  // 1: the wide variant of the fused kernel (DecodePlan::wide)
 };
 
 // Shared memory of the fused kernel for (head_dim, key code bits, value bits, QJL); 0 when there is no kernel.
 std::uint32_t decode_smem_bytes(std::uint32_t head_dim, std::uint32_t key_code_bits, std::uint32_t value_bits,
                                 bool qjl);
-// Tokens per pipeline stage of the fused kernel (32 per warp: 128 or 256); a split's chunk is a multiple of it.
-std::uint32_t decode_tile_tokens(std::uint32_t head_dim, std::uint32_t key_code_bits, std::uint32_t value_bits);
+// Whether the fused kernel has a wide variant for these shapes (4-bit keys, d = 128: a 64 KB key table shared by
+// one 16-warp block per multiprocessor, tq_decode.cu, Shape) whose shared memory fits a block (not with 4-bit
+// values and QJL).
+bool decode_has_wide(std::uint32_t head_dim, std::uint32_t key_code_bits, std::uint32_t value_bits, bool qjl);
+// A split's chunk is a multiple of this many tokens: a pipeline stage of the fused kernel (32 per warp: 128 or
+// 256), times two for the wide variant (whose two halves take alternate stages).
+std::uint32_t decode_tile_tokens(std::uint32_t head_dim, std::uint32_t key_code_bits, std::uint32_t value_bits,
+                                 bool wide);
 // Raises the kernel's dynamic shared-memory limit (host side, once per plan).
 cudaError_t prepare_decode(std::uint32_t head_dim, std::uint32_t key_code_bits, std::uint32_t value_bits, bool qjl);
 // Resident blocks of the fused kernel per multiprocessor for a GQA group size (occupancy calculator; 0 when there
 // is no kernel).
 int decode_blocks_per_sm(std::uint32_t head_dim, std::uint32_t key_code_bits, std::uint32_t value_bits, bool qjl,
-                         std::uint32_t group);
+                         std::uint32_t group, bool wide);
 // The fused split kernel (which merges the splits itself when there is no exact window), else it, the exact-window
 // kernel and the merge kernel, in that order on `stream`.
 cudaError_t launch_decode(const DecodeParams& p, cudaStream_t stream);

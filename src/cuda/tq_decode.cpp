@@ -3,6 +3,7 @@
 // nothing, so it can be captured in a CUDA graph.
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "attention_checks.hpp"
 #include "check.hpp"
@@ -49,11 +50,24 @@ Result<DecodePlan> plan_decode(const LayerLayout& layout, const kvcompact::tq::Q
   const std::uint64_t base = std::max<std::uint64_t>(1, std::uint64_t{layout.sequences} * layout.kv_heads * head_groups);
   // The split over the sequence from the resident-block count (decode_split.hpp: whole-wave cost model).
   KVC_CUDA_TRY(detail::prepare_decode(layout.head_dim, config.key_code_bits(), config.value_bits, config.has_qjl()));
-  const int per_sm = std::max(1, detail::decode_blocks_per_sm(layout.head_dim, config.key_code_bits(), config.value_bits,
-                                                              config.has_qjl(), q_heads / layout.kv_heads));
-  const std::uint64_t slots = static_cast<std::uint64_t>(per_sm) * static_cast<std::uint64_t>(multiprocessors);
-  const std::uint32_t tile = detail::decode_tile_tokens(layout.head_dim, config.key_code_bits(), config.value_bits);
-  const detail::DecodeSplit split = detail::choose_decode_split(max_length, base, slots, tile);
+  // The split over the sequence from the resident-block count (decode_split.hpp: whole-wave cost model), for the
+  // narrow kernel, or for its wide variant (4-bit keys, d = 128) when the narrow kernel's blocks would all run
+  // in one wave: then no block runs after another on a multiprocessor, whose fixed costs the narrow kernel's
+  // second resident block would hide, and one 16-warp block pays one table fill and one query preparation where
+  // two 8-warp blocks pay two (docs/benchmarks.md, decode round 10).
+  auto split_for = [&](bool wide) {
+    const int per_sm = std::max(1, detail::decode_blocks_per_sm(layout.head_dim, config.key_code_bits(), config.value_bits,
+                                                                config.has_qjl(), q_heads / layout.kv_heads, wide));
+    const std::uint64_t slots = static_cast<std::uint64_t>(per_sm) * static_cast<std::uint64_t>(multiprocessors);
+    const std::uint32_t tile = detail::decode_tile_tokens(layout.head_dim, config.key_code_bits(), config.value_bits, wide);
+    const detail::DecodeSplit split = detail::choose_decode_split(max_length, base, slots, tile);
+    return std::pair{split, base * split.splits <= slots};
+  };
+  auto [split, one_wave] = split_for(false);
+  if (one_wave && detail::decode_has_wide(layout.head_dim, config.key_code_bits(), config.value_bits, config.has_qjl())) {
+    split = split_for(true).first;
+    plan.wide = true;
+  }
   const std::uint64_t chunk = split.chunk, splits = split.splits;
   plan.chunk = static_cast<std::uint32_t>(chunk);
   plan.splits = static_cast<std::uint32_t>(splits);
@@ -87,6 +101,7 @@ Status decode_attention(const DecodePlan& plan, const DeviceCodec& codec, const 
   p.arrivals = reinterpret_cast<unsigned long long*>(static_cast<std::uint8_t*>(workspace) +
                                                      align256(parts * layout.head_dim * 4) + align256(parts * 4));
   p.merge_in_kernel = layout.exact_window == 0 ? 1u : 0u;
+  p.wide = plan.wide ? 1u : 0u;
   detail::set_region_offsets(p, layout);
   p.head_dim = layout.head_dim;
   p.kv_heads = layout.kv_heads;

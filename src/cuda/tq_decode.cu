@@ -158,6 +158,21 @@ __device__ __forceinline__ std::uint32_t byte_entry(std::uint32_t w, unsigned b,
   asm("mad.lo.u32 %0, %1, %2, %3;" : "=r"(r) : "r"(x), "n"(Stride), "r"(lane_bytes));
   return r;
 }
+// The same for 256-byte entries, the lane's copy in the entry's low 128 bytes: one byte permute puts the code
+// byte in bits 8..15 beside the lane's byte offset (lane_bytes < 128, in byte 0) and needs no multiply-add.
+__device__ __forceinline__ std::uint32_t wide_byte_entry(std::uint32_t w, unsigned b, std::uint32_t lane_bytes) {
+  return __byte_perm(w, lane_bytes, 0x7604u | (b << 4));
+}
+// Barrier of one half of the block (S::halves): ids 1 and 2 as immediates (a register id makes ptxas reserve all
+// 16 of the block's barriers).
+template <unsigned kThreads>
+__device__ __forceinline__ void half_barrier(unsigned half) {
+  if (half == 0) {
+    asm volatile("bar.sync 1, %0;\n" ::"n"(kThreads) : "memory");
+  } else {
+    asm volatile("bar.sync 2, %0;\n" ::"n"(kThreads) : "memory");
+  }
+}
 template <typename T>
 __device__ __forceinline__ T lds_at(const void* base, std::uint32_t byte_offset) {
   return *reinterpret_cast<const T*>(reinterpret_cast<const std::uint8_t*>(base) + byte_offset);
@@ -175,17 +190,19 @@ __device__ __forceinline__ uint2 lds_pair_split(const void* base, std::uint32_t 
   return v;
 }
 
-// Fills a lane-replicated lookup table of `entries` entries of kEntryBytes: entry e is the 16-byte pattern(e)
-// repeated, one 16-byte store each (a quarter of the stores of a word at a time). Every thread of the block runs
-// the same number of iterations, so pattern may shuffle within its warp.
-template <unsigned kBlockSize, unsigned kEntryBytes = 128, typename Pattern>
+// Fills a lane-replicated lookup table of `entries` entries of kEntryBytes, kStrideBytes apart: entry e is the
+// 16-byte pattern(e) repeated, one 16-byte store each (a quarter of the stores of a word at a time); the bytes
+// between entries are left alone. Every thread of the block runs the same number of iterations, so pattern may
+// shuffle within its warp.
+template <unsigned kBlockSize, unsigned kEntryBytes = 128, unsigned kStrideBytes = kEntryBytes, typename Pattern>
 __device__ __forceinline__ void fill_replicated(uint4* table, unsigned entries, Pattern pattern) {
-  static_assert(kEntryBytes % 16 == 0, "entries of whole 16-byte stores");
+  static_assert(kEntryBytes % 16 == 0 && kStrideBytes % 16 == 0 && kStrideBytes >= kEntryBytes,
+                "entries of whole 16-byte stores");
   constexpr unsigned kPer = kEntryBytes / 16;
   for (unsigned j0 = 0; j0 < entries * kPer; j0 += kBlockSize) {
     const unsigned j = j0 + threadIdx.x;
     const uint4 v = pattern(min(j / kPer, entries - 1u));
-    if (j < entries * kPer) table[j] = v;
+    if (j < entries * kPer) table[kStrideBytes == kEntryBytes ? j : (j / kPer) * (kStrideBytes / 16) + j % kPer] = v;
   }
 }
 
@@ -200,13 +217,26 @@ __device__ __forceinline__ void byte_tables(const float* centroids, float alpha,
   }
 }
 
-template <int D, int CB, int VB>
+// Shapes with a wide variant of the fused kernel (Shape::wide_keys).
+constexpr bool has_wide_variant(int d, int key_code_bits) { return key_code_bits == 4 && d == 128; }
+
+template <int D, int CB, int VB, bool WIDE = false>
 struct Shape {
   static constexpr bool pair_keys = CB == 1 || CB == 3, pair_values = VB <= 3, byte_keys = CB == 4, quad_keys = CB == 2;
-  // Warps per block: 8 for 2- and 4-bit keys, whose 32 KB code-byte table is then shared by twice the warps
+  // The wide variant (WIDE, 4-bit keys, d = 128): 256-byte code-byte entries, so that a lookup's address is one
+  // byte permute (wide_byte_entry) instead of a permute and a multiply-add (64 instructions fewer per warp and
+  // tile). The table is then 64 KB, which leaves room for one block per multiprocessor only; so the block is two
+  // halves of 8 warps, each with its own stages, barriers and tiles (half h takes tiles h, h + 2, …), that share
+  // the tables and query fragments: one table fill and one query preparation for 16 warps. plan_decode takes it
+  // when the narrow kernel's blocks fit in one wave (docs/benchmarks.md, decode round 10).
+  static constexpr bool wide_keys = WIDE && has_wide_variant(D, CB);
+  static constexpr unsigned halves = wide_keys ? 2u : 1u;
+  // Warps per half: 8 for 2- and 4-bit keys, whose code-byte table is then shared by twice the warps
   // (2 blocks = 16 warps per SM instead of 3 × 4), else 4. Each warp takes kWarpTokens tokens of a stage.
-  static constexpr unsigned warps = byte_keys || quad_keys ? 8u : 4u, threads = 32u * warps,
-                            tile = kWarpTokens * warps;
+  static constexpr unsigned half_warps = byte_keys || quad_keys ? 8u : 4u, warps = half_warps * halves,
+                            threads = 32u * warps, half_threads = 32u * half_warps, tile = kWarpTokens * half_warps;
+  // Key table entry stride in bytes (4-bit keys: kKeyCopies half2 copies, or 256 for the wide table).
+  static constexpr unsigned key_stride = wide_keys ? 256u : 4u * kKeyCopies;
   static constexpr unsigned kc_bpt = D * CB / 8, ks_bpt = D / 8, vc_bpt = D * VB / 8;
   static constexpr unsigned kc = round16(tile * kc_bpt + 32), ks = round16(tile * ks_bpt + 32);
   static constexpr unsigned kn = round16(tile * 4 + 32), kr = round16(tile * 2 + 32);
@@ -226,16 +256,19 @@ struct Shape {
   __host__ __device__ static constexpr unsigned max3(unsigned a, unsigned b, unsigned c) {
     return a > b ? (a > c ? a : c) : (b > c ? b : c);
   }
+  // Half h's stage s at (h · kStages + s) · stage; the prologue's scratch in half 0's last stage (whose copies
+  // are issued after the prologue), inside it when there are two halves.
   __host__ __device__ static constexpr unsigned main_area(bool qjl) {
-    return max3(kStages * stage(qjl), stage(qjl) + prologue, merge);
+    return max3(halves * kStages * stage(qjl), (kStages - 1) * stage(qjl) + prologue, merge);
   }
+  static_assert(halves == 1 || prologue <= kc + kn + vc + vn, "the prologue's scratch fits in one stage");
   // Lookup tables are replicated once per lane (entry e of lane l at word 32e + l, so bank l): any mix of
   // indices across a warp is one shared-memory wavefront. Keys: 2- and 4-bit codes a code byte at a time
   // (kQuadCopies / kKeyCopies above), 1- and 3-bit codes a pair of coordinates (2^(2b) entries), 5-bit codes
   // single coordinates paired with a byte permute. Values: pairs up to 3 bits, single 4-bit coordinates;
   // 2-bit values need no table in shared memory (dequant2 reads register tables).
   static constexpr unsigned lut_k = quad_keys   ? 256u * 8u * kQuadCopies
-                                    : byte_keys ? 256u * 4u * kKeyCopies
+                                    : byte_keys ? 256u * key_stride
                                                 : (pair_keys ? (1u << (2 * CB)) : (1u << CB)) * 128u;
   static constexpr unsigned lut_v = VB == 2 ? 0u : (pair_values ? (1u << (2 * VB)) : (1u << VB)) * 128u;
   static constexpr unsigned lut_s = 16 * 8;
@@ -243,7 +276,7 @@ struct Shape {
   // QJL part, last in shared memory so that mse modes do not reserve the second half.
   static constexpr unsigned qfrag_entries = (D / 16) * 32, qscale = kGroup * 2 * 4;
   __host__ __device__ static constexpr unsigned qfrag(bool qjl) { return qfrag_entries * 16 * (qjl ? 2u : 1u); }
-  static constexpr unsigned bars = 8 * kStages;  // one mbarrier per stage (offset is a multiple of 16)
+  static constexpr unsigned bars = 8 * kStages * halves;  // one mbarrier per stage and half (a multiple of 16)
   static constexpr unsigned tables = lut_k + lut_v + lut_s + qscale + bars;
   __host__ __device__ static constexpr unsigned total(bool qjl) { return main_area(qjl) + tables + qfrag(qjl); }
   // Per-lane slices of a token row: key codes and signs of coordinates [c·D/4, (c+1)·D/4) (lane c = lane % 4),
@@ -380,9 +413,9 @@ __device__ __noinline__ void merge_if_last(const SplitMerge p, const Tables* tab
 // Blocks per multiprocessor that the register budget is sized for: as many as the shared memory of the mse
 // modes admits (228 KB per SM, 1 KB reserved per block), at most 20 warps (96 registers); d = 256 needs more
 // registers.
-template <int D, int CB, int VB>
+template <int D, int CB, int VB, bool WIDE>
 constexpr int decode_min_blocks() {
-  using S = Shape<D, CB, VB>;
+  using S = Shape<D, CB, VB, WIDE>;
   if (D > 128) return 1;
   const unsigned fit = (228u * 1024u) / (S::total(false) + 1024u), cap = 20u / S::warps;
   return fit >= cap ? static_cast<int>(cap) : (fit < 1 ? 1 : static_cast<int>(fit));
@@ -393,11 +426,11 @@ constexpr int decode_min_blocks() {
 // S and P'·V take one MMA per fragment instead of two; lane c ^ 2 then holds the other half of lane c's heads
 // and one shuffle adds them. Otherwise (5–8 heads per block) all 8 columns are heads and hi and lo are separate
 // MMAs.
-template <int D, int CB, int VB, bool PACK>
-__global__ void __launch_bounds__(Shape<D, CB, VB>::threads, (decode_min_blocks<D, CB, VB>()))
+template <int D, int CB, int VB, bool PACK, bool WIDE>
+__global__ void __launch_bounds__(Shape<D, CB, VB, WIDE>::threads, (decode_min_blocks<D, CB, VB, WIDE>()))
     decode_kernel(DecodeParams p) {
-  using S = Shape<D, CB, VB>;
-  constexpr unsigned kTile = S::tile, kBlockSize = S::threads, kWarps = S::warps;
+  using S = Shape<D, CB, VB, WIDE>;
+  constexpr unsigned kTile = S::tile, kBlockSize = S::threads, kWarps = S::warps, kHalves = S::halves;
   // 128-bit key-slice loads where the rows allow them, in the packed instances only: the others keep the lo
   // accumulators live and would spill (ptxas: 20–24 bytes at d = 128) with four-register loads.
   constexpr bool kKeyA16 = S::key_rows_a16 && PACK;
@@ -419,10 +452,14 @@ __global__ void __launch_bounds__(Shape<D, CB, VB>::threads, (decode_min_blocks<
 
   const Tables& t = *p.tables;
   const unsigned tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5;
+  // The warp's half of the block (S::halves) and its index there; tile work and stages are per half.
+  const unsigned half = kHalves == 1 ? 0u : warp / S::half_warps, hwarp = kHalves == 1 ? warp : warp % S::half_warps;
+  const bool half_leader = (kHalves == 1 ? tid : tid % S::half_threads) == 0;  // issues its half's copies
   const unsigned g = lane >> 2, c = lane & 3u;
   const std::uint32_t lane4 = 4u * lane;  // a lane's byte offset inside every lane-replicated table entry
   // The same for the code-byte tables of 4-bit (half2 entries) and 2-bit keys (uint2 entries).
-  const std::uint32_t key_lane = S::quad_keys ? 8u * (lane % kQuadCopies) : 4u * (lane % kKeyCopies);
+  const std::uint32_t key_lane =
+      S::quad_keys ? 8u * (lane % kQuadCopies) : (S::wide_keys ? lane4 : 4u * (lane % kKeyCopies));
   std::uint32_t vtl = 0, vth = 0;  // 2-bit values: centroid byte tables (dequant2)
   if constexpr (VB == 2) byte_tables(p.tables->value_centroids, p.tables->value_lut_scale, vtl, vth);
   const std::uint32_t seq = blockIdx.z;
@@ -442,13 +479,16 @@ __global__ void __launch_bounds__(Shape<D, CB, VB>::threads, (decode_min_blocks<
   // The prologue's global inputs are loaded here, before anything waits on one of them, so that their latencies
   // overlap: before, the centroids, the query rows and the rotations' signs were each loaded where they were
   // needed, a chain of global-memory waits and block barriers that took about a quarter of a batch-1 call.
-  // Warp w prepares the query rows of heads w, w + kWarps, …; lane k holds the centroids of code k.
-  constexpr unsigned kWarpHeads = kGroup / kWarps;
-  static_assert(kGroup % kWarps == 0, "every warp prepares the same number of query heads");
+  // Warp w < kPrepWarps prepares the query rows of heads w, w + kPrepWarps, …; lane k holds the centroids of
+  // code k.
+  constexpr unsigned kPrepWarps = kWarps < kGroup ? kWarps : kGroup;
+  constexpr unsigned kWarpHeads = kGroup / kPrepWarps;
+  static_assert(kGroup % kPrepWarps == 0, "every preparing warp prepares the same number of query heads");
+  const bool prep_warp = kPrepWarps == kWarps || warp < kPrepWarps;
   float q_in[kWarpHeads][D / 32];
 #pragma unroll
   for (unsigned k = 0; k < kWarpHeads; ++k) {
-    const unsigned hh = warp + k * kWarps;
+    const unsigned hh = (kPrepWarps == kWarps ? warp : min(warp, kPrepWarps - 1u)) + k * kPrepWarps;
     const float* q = p.queries + (static_cast<std::uint64_t>(seq) * p.q_heads + qh0 + min(hh, nh - 1u)) * D;
 #pragma unroll
     for (int i = 0; i < D / 32; ++i) q_in[k][i] = hh < nh ? q[lane + 32 * i] : 0.0f;
@@ -484,11 +524,13 @@ __global__ void __launch_bounds__(Shape<D, CB, VB>::threads, (decode_min_blocks<
   const std::uint32_t sh_kr = region_shift(g_kr), sh_vc = region_shift(g_vc), sh_vn = region_shift(g_vn);
 
   const std::uint32_t tiles = (end - begin + kTile - 1) / kTile;
-  // One thread issues a stage's bulk copies (key codes, signs, norms, ρ, value codes, value norms).
+  // Half h takes tiles h, h + kHalves, …; its n-th (tile / kHalves) goes to its stage n mod kStages.
+  auto stage_index = [&](std::uint32_t tile) { return half * kStages + (tile / kHalves) % kStages; };
+  // One thread per half issues a stage's bulk copies (key codes, signs, norms, ρ, value codes, value norms).
   auto issue = [&](std::uint32_t tile) {
-    if (tid != 0 || tile >= tiles) return;
-    std::uint8_t* sb = main_area + (tile % kStages) * stage_bytes;
-    std::uint64_t* bar = &bars[tile % kStages];
+    if (!half_leader || tile >= tiles) return;
+    std::uint8_t* sb = main_area + stage_index(tile) * stage_bytes;
+    std::uint64_t* bar = &bars[stage_index(tile)];
     const std::uint32_t p0 = begin + tile * kTile;
     const std::uint32_t n = min(kTile, end - p0);
     const RegionCopy kc = region_copy(g_kc, p0, n, S::kc_bpt), kn = region_copy(g_kn, p0, n, 4);
@@ -510,10 +552,10 @@ __global__ void __launch_bounds__(Shape<D, CB, VB>::threads, (decode_min_blocks<
   };
 
   // The first stages' copies are in flight while the block builds its tables and query fragments.
-  if (tid == 0) {
-    for (unsigned st = 0; st < kStages; ++st) mbar_init(&bars[st], 1);
+  if (half_leader) {
+    for (unsigned st = 0; st < kStages; ++st) mbar_init(&bars[half * kStages + st], 1);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-    for (unsigned st = 0; st + 1 < kStages; ++st) issue(st);
+    for (unsigned st = 0; st + 1 < kStages; ++st) issue(half + st * kHalves);
   }
 
   // Lookup tables from packed code groups to fp16 centroids (low half = lower coordinate) for 3- to 5-bit
@@ -539,7 +581,7 @@ __global__ void __launch_bounds__(Shape<D, CB, VB>::threads, (decode_min_blocks<
         return make_uint4(x, y, x, y);
       });
     } else if constexpr (S::byte_keys) {
-      fill_replicated<kBlockSize, 4u * kKeyCopies>(lk, 256u, [&](unsigned e) {
+      fill_replicated<kBlockSize, S::wide_keys ? 128u : 4u * kKeyCopies, S::key_stride>(lk, 256u, [&](unsigned e) {
         const std::uint32_t x = halves(key(e & 15u), key(e >> 4));
         return make_uint4(x, x, x, x);
       });
@@ -568,8 +610,8 @@ __global__ void __launch_bounds__(Shape<D, CB, VB>::threads, (decode_min_blocks<
     float* qrot = reinterpret_cast<float*>(main_area + (kStages - 1) * stage_bytes);  // behind the stages in flight
     float* qjlb = qrot + kGroup * D;
 #pragma unroll
-    for (unsigned k = 0; k < kWarpHeads; ++k) {
-      const unsigned hh = warp + k * kWarps;
+    for (unsigned k = 0; k < (prep_warp ? kWarpHeads : 0u); ++k) {
+      const unsigned hh = warp + k * kPrepWarps;
       float* row = qrot + hh * D;
       float* rowj = qjlb + hh * D;
       // Coordinate lane + 32i in v[i]; a block's unused head columns stay zero (rotating zeros gives zeros).
@@ -662,21 +704,29 @@ __global__ void __launch_bounds__(Shape<D, CB, VB>::threads, (decode_min_blocks<
     }
   };
 
-  for (std::uint32_t tile = 0; tile < tiles; ++tile) {
-    mbar_wait(&bars[tile % kStages], (tile / kStages) & 1u);
-    // Every warp has finished tile - 1 before its stage buffer is refilled with tile + kStages - 1.
-    __syncthreads();
-    issue(tile + kStages - 1);
-    const std::uint8_t* sb = main_area + (tile % kStages) * stage_bytes;
+  // Both halves run the same number of steps (and barriers); with an odd tile count half 1's last step has
+  // no tile and only keeps the count.
+  for (std::uint32_t step = 0; step < (tiles + kHalves - 1) / kHalves; ++step) {
+    const std::uint32_t tile = step * kHalves + half;
+    if (tile < tiles) mbar_wait(&bars[stage_index(tile)], (step / kStages) & 1u);
+    // Every warp of the half has finished its previous tile before that stage buffer is refilled.
+    if constexpr (kHalves == 1) {
+      __syncthreads();
+    } else {
+      half_barrier<S::half_threads>(half);
+    }
+    if (tile >= tiles) continue;
+    issue(tile + (kStages - 1) * kHalves);
+    const std::uint8_t* sb = main_area + stage_index(tile) * stage_bytes;
     const std::uint32_t p0 = begin + tile * kTile;
     const std::uint32_t valid = min(kTile, end - p0);
-    if (warp * kWarpTokens >= valid) continue;
+    if (hwarp * kWarpTokens >= valid) continue;
     // The warp's kMt m-tiles of 16 tokens share every query fragment load and every softmax reduction.
     unsigned r0[kMt], r1[kMt];
     bool v0[kMt], v1[kMt];
 #pragma unroll
     for (int mt = 0; mt < kMt; ++mt) {
-      r0[mt] = warp * kWarpTokens + 16 * mt + g;
+      r0[mt] = hwarp * kWarpTokens + 16 * mt + g;
       r1[mt] = r0[mt] + 8;
       v0[mt] = r0[mt] < valid;
       v1[mt] = r1[mt] < valid;
@@ -716,12 +766,14 @@ __global__ void __launch_bounds__(Shape<D, CB, VB>::threads, (decode_min_blocks<
           a3 = x1.y;
         } else if constexpr (S::byte_keys) {
           // Slots 0, 1 of k-step kk are one code byte, slots 2, 3 the next.
-          constexpr unsigned stride = 4 * kKeyCopies;
           const KeyByteSource s01 = key_byte_source<CB>(kk, 0), s23 = key_byte_source<CB>(kk, 2);
-          a0 = lds_at<std::uint32_t>(lut_k, byte_entry<stride>(kq0[mt].w[s01.word], s01.byte, key_lane));
-          a2 = lds_at<std::uint32_t>(lut_k, byte_entry<stride>(kq0[mt].w[s23.word], s23.byte, key_lane));
-          a1 = lds_at<std::uint32_t>(lut_k, byte_entry<stride>(kq1[mt].w[s01.word], s01.byte, key_lane));
-          a3 = lds_at<std::uint32_t>(lut_k, byte_entry<stride>(kq1[mt].w[s23.word], s23.byte, key_lane));
+          auto entry = [&](std::uint32_t w, unsigned b) {
+            return S::wide_keys ? wide_byte_entry(w, b, key_lane) : byte_entry<S::key_stride>(w, b, key_lane);
+          };
+          a0 = lds_at<std::uint32_t>(lut_k, entry(kq0[mt].w[s01.word], s01.byte));
+          a2 = lds_at<std::uint32_t>(lut_k, entry(kq0[mt].w[s23.word], s23.byte));
+          a1 = lds_at<std::uint32_t>(lut_k, entry(kq1[mt].w[s01.word], s01.byte));
+          a3 = lds_at<std::uint32_t>(lut_k, entry(kq1[mt].w[s23.word], s23.byte));
         } else if constexpr (S::pair_keys) {
           a0 = lds_at<std::uint32_t>(lut_k, field_offset<2 * CB, 7>(kq0[mt], pos, lane4));
           a2 = lds_at<std::uint32_t>(lut_k, field_offset<2 * CB, 7>(kq0[mt], pos + 2 * CB, lane4));
@@ -883,7 +935,7 @@ __global__ void __launch_bounds__(Shape<D, CB, VB>::threads, (decode_min_blocks<
       const std::uint32_t lo01 = pack_half2(x0 - g01.x, x1 - g01.y), lo23 = pack_half2(x2 - g23.x, x3 - g23.y);
       const std::uint32_t b0 = transpose8x8(lo_lane ? lo01 : hi01), b1 = transpose8x8(lo_lane ? lo23 : hi23);
       const std::uint32_t c0 = PACK ? 0u : transpose8x8(lo01), c1 = PACK ? 0u : transpose8x8(lo23);
-      const std::uint8_t* vcb = sb + kOffVc + sh_vc + (warp * kWarpTokens + 16 * mt) * S::vc_bpt;
+      const std::uint8_t* vcb = sb + kOffVc + sh_vc + (hwarp * kWarpTokens + 16 * mt) * S::vc_bpt;
       const Slice<S::slice_v> va = load_slice<S::slice_v>(vcb + (2 * c) * S::vc_bpt, g * S::slice_v);
       const Slice<S::slice_v> vb = load_slice<S::slice_v>(vcb + (2 * c + 1) * S::vc_bpt, g * S::slice_v);
       const Slice<S::slice_v> vc8 = load_slice<S::slice_v>(vcb + (2 * c + 8) * S::vc_bpt, g * S::slice_v);
@@ -913,7 +965,7 @@ __global__ void __launch_bounds__(Shape<D, CB, VB>::threads, (decode_min_blocks<
       }
     }
   }
-  // Every issued copy was waited for (tile + kStages - 1 < tiles only for tiles that the loop consumes).
+  // Every issued copy was waited for (a half issues only tiles < tiles of its own, which its loop consumes).
   __syncthreads();
 
   // Merge the warps' partial softmax states in shared memory (the stage buffers are free now).
@@ -1091,16 +1143,26 @@ using KernelFn = void (*)(DecodeParams);
 // A fused-kernel instance and its launch shape.
 struct KernelPick {
   KernelFn fn = nullptr;
-  std::uint32_t smem = 0, threads = 0, tile = 0;
+  std::uint32_t smem = 0, threads = 0;
+  std::uint32_t tile = 0;  // the split granularity in tokens: a stage's tokens times the block's halves
 };
 
+template <int D, int CB, int VB, bool WIDE>
+KernelPick pick_instance(bool qjl, bool pack) {
+  using S = Shape<D, CB, VB, WIDE>;
+  return KernelPick{pack ? decode_kernel<D, CB, VB, true, WIDE> : decode_kernel<D, CB, VB, false, WIDE>,
+                    S::total(qjl), S::threads, S::tile * S::halves};
+}
+
+// `wide`: the wide variant where there is one (Shape::wide_keys), else the narrow kernel.
 template <int D>
-KernelPick pick_by_bits(std::uint32_t cb, std::uint32_t vb, bool qjl, bool pack) {
-#define KVC_DECODE_CASE(CBV, VBV)                                                                                  \
-  if (cb == CBV && vb == VBV) {                                                                                    \
-    using S = Shape<D, CBV, VBV>;                                                                                  \
-    return KernelPick{pack ? decode_kernel<D, CBV, VBV, true> : decode_kernel<D, CBV, VBV, false>, S::total(qjl), \
-                      S::threads, S::tile};                                                                        \
+KernelPick pick_by_bits(std::uint32_t cb, std::uint32_t vb, bool qjl, bool pack, bool wide) {
+#define KVC_DECODE_CASE(CBV, VBV)                                                       \
+  if (cb == CBV && vb == VBV) {                                                         \
+    if constexpr (has_wide_variant(D, CBV)) {                                           \
+      if (wide) return pick_instance<D, CBV, VBV, true>(qjl, pack);                     \
+    }                                                                                   \
+    return pick_instance<D, CBV, VBV, false>(qjl, pack);                                \
   }
   KVC_DECODE_CASE(1, 2) KVC_DECODE_CASE(1, 3) KVC_DECODE_CASE(1, 4)
   KVC_DECODE_CASE(2, 2) KVC_DECODE_CASE(2, 3) KVC_DECODE_CASE(2, 4)
@@ -1111,11 +1173,11 @@ KernelPick pick_by_bits(std::uint32_t cb, std::uint32_t vb, bool qjl, bool pack)
   return KernelPick{};
 }
 
-KernelPick pick_kernel(std::uint32_t d, std::uint32_t cb, std::uint32_t vb, bool qjl, bool pack = false) {
+KernelPick pick_kernel(std::uint32_t d, std::uint32_t cb, std::uint32_t vb, bool qjl, bool pack, bool wide) {
   switch (d) {
-    case 64: return pick_by_bits<64>(cb, vb, qjl, pack);
-    case 128: return pick_by_bits<128>(cb, vb, qjl, pack);
-    case 256: return pick_by_bits<256>(cb, vb, qjl, pack);
+    case 64: return pick_by_bits<64>(cb, vb, qjl, pack, wide);
+    case 128: return pick_by_bits<128>(cb, vb, qjl, pack, wide);
+    case 256: return pick_by_bits<256>(cb, vb, qjl, pack, wide);
     default: return KernelPick{};
   }
 }
@@ -1125,27 +1187,39 @@ KernelPick pick_kernel(std::uint32_t d, std::uint32_t cb, std::uint32_t vb, bool
 
 std::uint32_t decode_smem_bytes(std::uint32_t head_dim, std::uint32_t key_code_bits, std::uint32_t value_bits,
                                 bool qjl) {
-  return pick_kernel(head_dim, key_code_bits, value_bits, qjl).smem;
+  return pick_kernel(head_dim, key_code_bits, value_bits, qjl, false, false).smem;
 }
 
-std::uint32_t decode_tile_tokens(std::uint32_t head_dim, std::uint32_t key_code_bits, std::uint32_t value_bits) {
-  return pick_kernel(head_dim, key_code_bits, value_bits, false).tile;
+// The opt-in limit of a block's shared memory on sm_90 (227 KB).
+constexpr std::uint32_t kMaxBlockSmem = 227u * 1024u;
+
+bool decode_has_wide(std::uint32_t head_dim, std::uint32_t key_code_bits, std::uint32_t value_bits, bool qjl) {
+  return has_wide_variant(static_cast<int>(head_dim), static_cast<int>(key_code_bits)) &&
+         pick_kernel(head_dim, key_code_bits, value_bits, qjl, false, true).smem <= kMaxBlockSmem;
+}
+
+std::uint32_t decode_tile_tokens(std::uint32_t head_dim, std::uint32_t key_code_bits, std::uint32_t value_bits,
+                                 bool wide) {
+  return pick_kernel(head_dim, key_code_bits, value_bits, false, false, wide).tile;
 }
 
 cudaError_t prepare_decode(std::uint32_t head_dim, std::uint32_t key_code_bits, std::uint32_t value_bits, bool qjl) {
-  for (const bool pack : {false, true}) {
-    const KernelPick k = pick_kernel(head_dim, key_code_bits, value_bits, qjl, pack);
-    if (k.fn == nullptr) return cudaErrorInvalidValue;
-    const cudaError_t err =
-        cudaFuncSetAttribute(k.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(k.smem));
-    if (err != cudaSuccess) return err;
+  for (const bool wide : {false, true}) {
+    if (wide && !decode_has_wide(head_dim, key_code_bits, value_bits, qjl)) continue;
+    for (const bool pack : {false, true}) {
+      const KernelPick k = pick_kernel(head_dim, key_code_bits, value_bits, qjl, pack, wide);
+      if (k.fn == nullptr) return cudaErrorInvalidValue;
+      const cudaError_t err =
+          cudaFuncSetAttribute(k.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(k.smem));
+      if (err != cudaSuccess) return err;
+    }
   }
   return cudaSuccess;
 }
 
 int decode_blocks_per_sm(std::uint32_t head_dim, std::uint32_t key_code_bits, std::uint32_t value_bits, bool qjl,
-                         std::uint32_t group) {
-  const KernelPick k = pick_kernel(head_dim, key_code_bits, value_bits, qjl, group <= kDecodePackedGroup);
+                         std::uint32_t group, bool wide) {
+  const KernelPick k = pick_kernel(head_dim, key_code_bits, value_bits, qjl, group <= kDecodePackedGroup, wide);
   int blocks = 0;
   if (k.fn == nullptr ||
       cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, k.fn, static_cast<int>(k.threads), k.smem) != cudaSuccess) {
@@ -1157,7 +1231,7 @@ int decode_blocks_per_sm(std::uint32_t head_dim, std::uint32_t key_code_bits, st
 
 cudaError_t launch_decode(const DecodeParams& p, cudaStream_t stream) {
   const KernelPick k = pick_kernel(p.head_dim, p.tables_key_code_bits, p.tables_value_bits, p.tables_has_qjl != 0,
-                                   p.group <= kDecodePackedGroup);
+                                   p.group <= kDecodePackedGroup, p.wide != 0);
   if (k.fn == nullptr) return cudaErrorInvalidValue;
   const dim3 grid(p.splits, p.kv_heads * p.head_groups, p.seqs);
   k.fn<<<grid, k.threads, k.smem, stream>>>(p);

@@ -209,6 +209,7 @@ struct DecodeCase {
   bool sinks;
   std::uint32_t window;
   std::vector<std::uint32_t> lengths;
+  int multiprocessors = 0;  // planned for this many (0: the device's); 1 makes 4-bit keys at d = 128 run narrow
 };
 
 void check_decode(const DecodeCase& c, std::uint64_t seed) {
@@ -264,7 +265,8 @@ void check_decode(const DecodeCase& c, std::uint64_t seed) {
   ASSERT_OK(dout.fill(0xFF));  // NaN poison: every element must be written
 
   auto props = take(device_properties(0));
-  auto plan = take(plan_decode(layout, config, q_heads, max_length, props.multiprocessors));
+  auto plan = take(plan_decode(layout, config, q_heads, max_length,
+                               c.multiprocessors != 0 ? c.multiprocessors : props.multiprocessors));
   auto workspace = take(DeviceBuffer::allocate(plan.workspace_bytes));
   ASSERT_OK(workspace.fill(0xFF));
   DecodeArgs args;
@@ -304,8 +306,8 @@ void check_decode(const DecodeCase& c, std::uint64_t seed) {
     EXPECT_LE(err, 1e-3) << "sequence " << seq << " length " << lengths[seq];
     worst = std::isnan(err) ? err : std::max(worst, err);
   }
-  std::printf("[decode] %s d=%u group=%u sinks=%d window=%u splits=%u worst relative error %.3g\n", c.mode.c_str(),
-              d, c.group, c.sinks ? 1 : 0, c.window, plan.splits, worst);
+  std::printf("[decode] %s d=%u group=%u sinks=%d window=%u splits=%u wide=%d worst relative error %.3g\n",
+              c.mode.c_str(), d, c.group, c.sinks ? 1 : 0, c.window, plan.splits, plan.wide ? 1 : 0, worst);
   for (std::uint32_t seq = 0; seq < seqs; ++seq) {
     if (lengths[seq] != 0) continue;
     for (std::size_t j = 0; j < row; ++j) ASSERT_EQ(out[seq * row + j], 0.0f) << "empty sequence " << seq;
@@ -334,6 +336,11 @@ TEST(CudaDecode, MatchesTheFloat64OracleAcrossModesAndShapes) {
       // Groups of 2 and 3 heads: the packed kernel (hi / lo halves in the MMA's N columns) with empty columns.
       {"k=mse4,v=mse3,nc", 128, 3, true, 0, kAwkward},
       {"k=prod3,v=mse2", 128, 2, false, 16, kAwkward},
+      // 4-bit keys at d = 128 run the wide variant when every block fits in one wave (the cases above) and the
+      // narrow kernel otherwise: planned for one multiprocessor, these take several waves.
+      {"k=mse4,v=mse3,nc", 128, 4, true, 0, kAwkward, 1},
+      {"k=mse4,v=mse3,nc", 128, 8, false, 0, {3000, 64, 65, 0}, 1},
+      {"k=prod5,v=mse4", 128, 4, false, 0, kAwkward},
   };
   for (const DecodeCase& c : cases) check_decode(c, fresh_seed());
 }
@@ -431,9 +438,14 @@ TEST(CudaDecode, WorkspaceNeedsNoInitialisationAndIsSharedByPlans) {
   const auto view = in.cache.view(0);
   const auto& q = in.q;
   auto props = take(device_properties(0));
-  // Many splits (the whole capacity over every multiprocessor: 6 on the H200) and few (as if on an 8-SM device: 2).
+  // Many splits (the whole capacity over every multiprocessor: 6 on the H200) and fewer but more than one (as if
+  // on a smaller device: the first of these multiprocessor counts whose plan has them).
   auto many = take(plan_decode(*view.layout, config, q_heads, 3000, props.multiprocessors));
-  auto few = take(plan_decode(*view.layout, config, q_heads, 3000, 8));
+  DecodePlan few;
+  for (const int sms : {8, 16, 24, 32, 48, 64}) {
+    few = take(plan_decode(*view.layout, config, q_heads, 3000, sms));
+    if (few.splits > 1 && few.splits != many.splits) break;
+  }
   ASSERT_NE(many.splits, few.splits);
   ASSERT_GT(few.splits, 1u);
   auto run = [&](const DecodePlan& plan, void* workspace) {
@@ -472,6 +484,23 @@ TEST(CudaSmall, EncodeAndDecodeForSanitizers) {
   check_encode("k=prod3,v=mse2,w=16", 128, DType::BF16, fresh_seed());
   check_decode({"k=prod3,v=mse2", 128, 4, true, 16, {1, 7, 129, 300}}, fresh_seed());
   check_decode({"k=mse4,v=mse3,nc", 64, 8, false, 0, {65, 0, 200}}, fresh_seed());
+  check_decode({"k=mse4,v=mse3,nc", 128, 4, true, 0, {65, 0, 700}}, fresh_seed());  // the wide variant
+}
+
+// The plan takes the wide variant (4-bit keys, d = 128) exactly when the narrow kernel's blocks fit in one wave.
+TEST(CudaDecode, PlanTakesTheWideVariantInOneWave) {
+  SKIP_WITHOUT_GPU();
+  auto props = take(device_properties(0));
+  auto plan = [&](const QuantConfig& config, std::uint32_t d, std::uint32_t sequences, std::uint32_t length) {
+    auto layout = take(kvcompact::tq::plan_layer_layout(d, 8, sequences, length, config));
+    return take(plan_decode(layout, config, 32, length, props.multiprocessors));
+  };
+  const QuantConfig recommended = QuantConfig::recommended(1), seed_mode = QuantConfig::seed_system();
+  EXPECT_TRUE(plan(recommended, 128, 1, 32768).wide);     // 8 KV heads: one wave of splits
+  EXPECT_TRUE(plan(recommended, 128, 8, 32768).wide);
+  EXPECT_FALSE(plan(recommended, 128, 64, 131072).wide);  // 512 (sequence, KV head) blocks: more than a wave
+  EXPECT_FALSE(plan(recommended, 64, 1, 32768).wide);     // no wide variant at d = 64
+  EXPECT_FALSE(plan(seed_mode, 128, 1, 32768).wide);      // nor for 2-bit keys
 }
 
 }  // namespace
