@@ -48,7 +48,6 @@ Result<DecodePlan> plan_decode(const LayerLayout& layout, const kvcompact::tq::Q
   plan.max_length = max_length;
   const std::uint64_t head_groups = (q_heads / layout.kv_heads + kDecodeGroup - 1) / kDecodeGroup;
   const std::uint64_t base = std::max<std::uint64_t>(1, std::uint64_t{layout.sequences} * layout.kv_heads * head_groups);
-  // The split over the sequence from the resident-block count (decode_split.hpp: whole-wave cost model).
   KVC_CUDA_TRY(detail::prepare_decode(layout.head_dim, config.key_code_bits(), config.value_bits, config.has_qjl()));
   // The split over the sequence from the resident-block count (decode_split.hpp: whole-wave cost model), for the
   // narrow kernel, or for its wide variant (4-bit keys, d = 128) when the narrow kernel's blocks would all run
