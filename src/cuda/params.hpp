@@ -42,10 +42,9 @@ struct DecodeParams {
 // Shared memory of the fused kernel for (head_dim, key code bits, value bits, QJL); 0 when there is no kernel.
 std::uint32_t decode_smem_bytes(std::uint32_t head_dim, std::uint32_t key_code_bits, std::uint32_t value_bits,
                                 bool qjl);
-// Whether the fused kernel has a wide variant for these shapes (4-bit keys, d = 128: a 64 KB key table shared by
-// one 16-warp block per multiprocessor, tq_decode.cu, Shape) whose shared memory fits a block (not with 4-bit
-// values and QJL).
-bool decode_has_wide(std::uint32_t head_dim, std::uint32_t key_code_bits, std::uint32_t value_bits, bool qjl);
+// Whether the fused kernel has a wide variant for these shapes (4-bit keys, d = 128, mse modes: a 64 KB key table
+// shared by one 16-warp block per multiprocessor, tq_decode.cu, Shape).
+bool decode_has_wide(std::uint32_t head_dim, std::uint32_t key_code_bits, bool qjl);
 // A split's chunk is a multiple of this many tokens: a pipeline stage of the fused kernel (32 per warp: 128 or
 // 256), times two for the wide variant (whose two halves take alternate stages).
 std::uint32_t decode_tile_tokens(std::uint32_t head_dim, std::uint32_t key_code_bits, std::uint32_t value_bits,

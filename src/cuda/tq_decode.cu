@@ -1147,9 +1147,13 @@ struct KernelPick {
   std::uint32_t tile = 0;  // the split granularity in tokens: a stage's tokens times the block's halves
 };
 
+// The opt-in limit of a block's shared memory on sm_90 (227 KB).
+constexpr std::uint32_t kMaxBlockSmem = 227u * 1024u;
+
 template <int D, int CB, int VB, bool WIDE>
 KernelPick pick_instance(bool qjl, bool pack) {
   using S = Shape<D, CB, VB, WIDE>;
+  static_assert(!WIDE || S::total(false) <= kMaxBlockSmem, "the wide variant's mse modes fit a block");
   return KernelPick{pack ? decode_kernel<D, CB, VB, true, WIDE> : decode_kernel<D, CB, VB, false, WIDE>,
                     S::total(qjl), S::threads, S::tile * S::halves};
 }
@@ -1190,12 +1194,10 @@ std::uint32_t decode_smem_bytes(std::uint32_t head_dim, std::uint32_t key_code_b
   return pick_kernel(head_dim, key_code_bits, value_bits, qjl, false, false).smem;
 }
 
-// The opt-in limit of a block's shared memory on sm_90 (227 KB).
-constexpr std::uint32_t kMaxBlockSmem = 227u * 1024u;
-
-bool decode_has_wide(std::uint32_t head_dim, std::uint32_t key_code_bits, std::uint32_t value_bits, bool qjl) {
-  return has_wide_variant(static_cast<int>(head_dim), static_cast<int>(key_code_bits)) &&
-         pick_kernel(head_dim, key_code_bits, value_bits, qjl, false, true).smem <= kMaxBlockSmem;
+// Only mse modes: the wide variant was measured and tested on the H200 without QJL keys only (with them and
+// 4-bit values its shared memory would not fit a block anyway).
+bool decode_has_wide(std::uint32_t head_dim, std::uint32_t key_code_bits, bool qjl) {
+  return has_wide_variant(static_cast<int>(head_dim), static_cast<int>(key_code_bits)) && !qjl;
 }
 
 std::uint32_t decode_tile_tokens(std::uint32_t head_dim, std::uint32_t key_code_bits, std::uint32_t value_bits,
@@ -1205,7 +1207,7 @@ std::uint32_t decode_tile_tokens(std::uint32_t head_dim, std::uint32_t key_code_
 
 cudaError_t prepare_decode(std::uint32_t head_dim, std::uint32_t key_code_bits, std::uint32_t value_bits, bool qjl) {
   for (const bool wide : {false, true}) {
-    if (wide && !decode_has_wide(head_dim, key_code_bits, value_bits, qjl)) continue;
+    if (wide && !decode_has_wide(head_dim, key_code_bits, qjl)) continue;
     for (const bool pack : {false, true}) {
       const KernelPick k = pick_kernel(head_dim, key_code_bits, value_bits, qjl, pack, wide);
       if (k.fn == nullptr) return cudaErrorInvalidValue;

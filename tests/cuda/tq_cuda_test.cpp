@@ -210,6 +210,7 @@ struct DecodeCase {
   std::uint32_t window;
   std::vector<std::uint32_t> lengths;
   int multiprocessors = 0;  // planned for this many (0: the device's); 1 makes 4-bit keys at d = 128 run narrow
+  int expect_wide = -1;     // 0 / 1: the variant the plan must take (-1: not checked)
 };
 
 void check_decode(const DecodeCase& c, std::uint64_t seed) {
@@ -267,6 +268,9 @@ void check_decode(const DecodeCase& c, std::uint64_t seed) {
   auto props = take(device_properties(0));
   auto plan = take(plan_decode(layout, config, q_heads, max_length,
                                c.multiprocessors != 0 ? c.multiprocessors : props.multiprocessors));
+  if (c.expect_wide >= 0) {
+    ASSERT_EQ(plan.wide, c.expect_wide == 1);
+  }
   auto workspace = take(DeviceBuffer::allocate(plan.workspace_bytes));
   ASSERT_OK(workspace.fill(0xFF));
   DecodeArgs args;
@@ -321,7 +325,7 @@ TEST(CudaDecode, MatchesTheFloat64OracleAcrossModesAndShapes) {
   const std::vector<DecodeCase> cases = {
       {"k=prod3,v=mse2", 128, 4, false, 0, kAwkward},
       {"k=prod3,v=mse2", 128, 4, true, 0, kAwkward},
-      {"k=mse4,v=mse3,nc", 128, 4, false, 0, kAwkward},
+      {"k=mse4,v=mse3,nc", 128, 4, false, 0, kAwkward, 0, 1},
       {"k=mse4,v=mse3,nc", 128, 8, true, 32, kAwkward},
       {"k=prod3,v=mse2", 64, 1, false, 16, kAwkward},
       {"k=prod3,v=mse2", 256, 8, true, 0, kAwkward},
@@ -336,11 +340,11 @@ TEST(CudaDecode, MatchesTheFloat64OracleAcrossModesAndShapes) {
       // Groups of 2 and 3 heads: the packed kernel (hi / lo halves in the MMA's N columns) with empty columns.
       {"k=mse4,v=mse3,nc", 128, 3, true, 0, kAwkward},
       {"k=prod3,v=mse2", 128, 2, false, 16, kAwkward},
-      // 4-bit keys at d = 128 run the wide variant when every block fits in one wave (the cases above) and the
-      // narrow kernel otherwise: planned for one multiprocessor, these take several waves.
-      {"k=mse4,v=mse3,nc", 128, 4, true, 0, kAwkward, 1},
-      {"k=mse4,v=mse3,nc", 128, 8, false, 0, {3000, 64, 65, 0}, 1},
-      {"k=prod5,v=mse4", 128, 4, false, 0, kAwkward},
+      // 4-bit keys at d = 128 run the wide variant when every block fits in one wave (the mse4 cases above) and
+      // the narrow kernel otherwise: planned for one multiprocessor, these take several waves.
+      {"k=mse4,v=mse3,nc", 128, 4, true, 0, kAwkward, 1, 0},
+      {"k=mse4,v=mse3,nc", 128, 8, false, 0, {3000, 64, 65, 0}, 1, 0},
+      {"k=prod5,v=mse3", 128, 4, false, 0, kAwkward, 0, 0},  // QJL keys: narrow only
   };
   for (const DecodeCase& c : cases) check_decode(c, fresh_seed());
 }
@@ -484,10 +488,11 @@ TEST(CudaSmall, EncodeAndDecodeForSanitizers) {
   check_encode("k=prod3,v=mse2,w=16", 128, DType::BF16, fresh_seed());
   check_decode({"k=prod3,v=mse2", 128, 4, true, 16, {1, 7, 129, 300}}, fresh_seed());
   check_decode({"k=mse4,v=mse3,nc", 64, 8, false, 0, {65, 0, 200}}, fresh_seed());
-  check_decode({"k=mse4,v=mse3,nc", 128, 4, true, 0, {65, 0, 700}}, fresh_seed());  // the wide variant
+  check_decode({"k=mse4,v=mse3,nc", 128, 4, true, 0, {65, 0, 700}, 0, 1}, fresh_seed());  // the wide variant
 }
 
-// The plan takes the wide variant (4-bit keys, d = 128) exactly when the narrow kernel's blocks fit in one wave.
+// The plan takes the wide variant (4-bit keys, d = 128, mse modes) exactly when the narrow kernel's blocks fit in
+// one wave.
 TEST(CudaDecode, PlanTakesTheWideVariantInOneWave) {
   SKIP_WITHOUT_GPU();
   auto props = take(device_properties(0));
@@ -501,6 +506,8 @@ TEST(CudaDecode, PlanTakesTheWideVariantInOneWave) {
   EXPECT_FALSE(plan(recommended, 128, 64, 131072).wide);  // 512 (sequence, KV head) blocks: more than a wave
   EXPECT_FALSE(plan(recommended, 64, 1, 32768).wide);     // no wide variant at d = 64
   EXPECT_FALSE(plan(seed_mode, 128, 1, 32768).wide);      // nor for 2-bit keys
+  const QuantConfig prod5 = parse_mode("k=prod5,v=mse3", 1);
+  EXPECT_FALSE(plan(prod5, 128, 1, 32768).wide);          // nor for QJL keys
 }
 
 }  // namespace
