@@ -18,8 +18,10 @@ namespace kvcompact::cuda::tq::detail {
 
 namespace {
 
-constexpr int kMt = 2;                       // 16-token m-tiles per warp and stage
-constexpr unsigned kWarpTokens = 16 * kMt;   // tokens per warp and stage
+// 16-token m-tiles per warp and stage of the narrow kernel (Shape::mt; the wide variant keeps 2).
+#ifndef KVC_DECODE_MT
+#define KVC_DECODE_MT 2
+#endif
 // Pipeline depth: with several blocks per multiprocessor, two stages keep enough bytes in flight (the bulk
 // copies need no issuing threads), and the smaller buffers let more blocks be resident.
 constexpr unsigned kStages = 2;
@@ -232,9 +234,11 @@ struct Shape {
   static constexpr bool wide_keys = WIDE && has_wide_variant(D, CB);
   static constexpr unsigned halves = wide_keys ? 2u : 1u;
   // Warps per half: 8 for 2- and 4-bit keys, whose code-byte table is then shared by twice the warps
-  // (2 blocks = 16 warps per SM instead of 3 × 4), else 4. Each warp takes kWarpTokens tokens of a stage.
+  // (2 blocks = 16 warps per SM instead of 3 × 4), else 4. Each warp takes warp_tokens tokens of a stage.
+  static constexpr int mt = wide_keys ? 2 : KVC_DECODE_MT;     // 16-token m-tiles per warp and stage
+  static constexpr unsigned warp_tokens = 16u * mt;            // tokens per warp and stage
   static constexpr unsigned half_warps = byte_keys || quad_keys ? 8u : 4u, warps = half_warps * halves,
-                            threads = 32u * warps, half_threads = 32u * half_warps, tile = kWarpTokens * half_warps;
+                            threads = 32u * warps, half_threads = 32u * half_warps, tile = warp_tokens * half_warps;
   // Key table entry stride in bytes (4-bit keys: kKeyCopies half2 copies, or 256 for the wide table).
   static constexpr unsigned key_stride = wide_keys ? 256u : 4u * kKeyCopies;
   static constexpr unsigned kc_bpt = D * CB / 8, ks_bpt = D / 8, vc_bpt = D * VB / 8;
@@ -416,7 +420,7 @@ __device__ __noinline__ void merge_if_last(const SplitMerge p, const Tables* tab
 template <int D, int CB, int VB, bool WIDE>
 constexpr int decode_min_blocks() {
   using S = Shape<D, CB, VB, WIDE>;
-  if (D > 128) return 1;
+  if (D > 128 || S::mt > 2) return 1;  // four m-tiles per warp need ≈ 170 registers
   const unsigned fit = (228u * 1024u) / (S::total(false) + 1024u), cap = 20u / S::warps;
   return fit >= cap ? static_cast<int>(cap) : (fit < 1 ? 1 : static_cast<int>(fit));
 }
@@ -431,6 +435,8 @@ __global__ void __launch_bounds__(Shape<D, CB, VB, WIDE>::threads, (decode_min_b
     decode_kernel(DecodeParams p) {
   using S = Shape<D, CB, VB, WIDE>;
   constexpr unsigned kTile = S::tile, kBlockSize = S::threads, kWarps = S::warps, kHalves = S::halves;
+  constexpr int kMt = S::mt;
+  constexpr unsigned kWarpTokens = S::warp_tokens;
   // 128-bit key-slice loads where the rows allow them, in the packed instances only: the others keep the lo
   // accumulators live and would spill (ptxas: 20–24 bytes at d = 128) with four-register loads.
   constexpr bool kKeyA16 = S::key_rows_a16 && PACK;
