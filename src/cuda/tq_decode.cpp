@@ -50,10 +50,12 @@ Result<DecodePlan> plan_decode(const LayerLayout& layout, const kvcompact::tq::Q
   const std::uint64_t base = std::max<std::uint64_t>(1, std::uint64_t{layout.sequences} * layout.kv_heads * head_groups);
   KVC_CUDA_TRY(detail::prepare_decode(layout.head_dim, config.key_code_bits(), config.value_bits, config.has_qjl()));
   // The split over the sequence from the resident-block count (decode_split.hpp: whole-wave cost model), for the
-  // narrow kernel, or for its wide variant (4-bit keys, d = 128, mse modes) when the narrow kernel's blocks would
-  // all run in one wave: then no block runs after another on a multiprocessor, whose fixed costs the narrow
-  // kernel's second resident block would hide, and one 16-warp block pays one table fill and one query
-  // preparation where two 8-warp blocks pay two (docs/benchmarks.md, decode round 10).
+  // narrow kernel, or for its wide variant (4-bit keys, d = 128, mse modes) when the blocks of both would all run
+  // in one wave: then no block runs after another on a multiprocessor, whose fixed costs the narrow kernel's
+  // second resident block would hide, and one 16-warp block pays one table fill and one query preparation where
+  // two 8-warp blocks pay two (docs/benchmarks.md, decode round 10). The wide kernel's own plan must be one wave
+  // too (it has one block per multiprocessor to the narrow kernel's two): 32 × 4K (256 blocks) took it on the
+  // narrow kernel's wave alone in round 10 and ran two waves, 15 % slower (round 11).
   auto split_for = [&](bool wide) {
     const int per_sm = std::max(1, detail::decode_blocks_per_sm(layout.head_dim, config.key_code_bits(), config.value_bits,
                                                                 config.has_qjl(), q_heads / layout.kv_heads, wide));
@@ -64,8 +66,11 @@ Result<DecodePlan> plan_decode(const LayerLayout& layout, const kvcompact::tq::Q
   };
   auto [split, one_wave] = split_for(false);
   if (one_wave && detail::decode_has_wide(layout.head_dim, config.key_code_bits(), config.has_qjl())) {
-    split = split_for(true).first;
-    plan.wide = true;
+    const auto [wide_split, wide_one_wave] = split_for(true);
+    if (wide_one_wave) {
+      split = wide_split;
+      plan.wide = true;
+    }
   }
   const std::uint64_t chunk = split.chunk, splits = split.splits;
   plan.chunk = static_cast<std::uint32_t>(chunk);

@@ -491,8 +491,8 @@ TEST(CudaSmall, EncodeAndDecodeForSanitizers) {
   check_decode({"k=mse4,v=mse3,nc", 128, 4, true, 0, {65, 0, 700}, 0, 1}, fresh_seed());  // the wide variant
 }
 
-// The plan takes the wide variant (4-bit keys, d = 128, mse modes) exactly when the narrow kernel's blocks fit in
-// one wave.
+// The plan takes the wide variant (4-bit keys, d = 128, mse modes) exactly when its blocks and the narrow kernel's
+// both fit in one wave.
 TEST(CudaDecode, PlanTakesTheWideVariantInOneWave) {
   SKIP_WITHOUT_GPU();
   auto props = take(device_properties(0));
@@ -504,6 +504,8 @@ TEST(CudaDecode, PlanTakesTheWideVariantInOneWave) {
   EXPECT_TRUE(plan(recommended, 128, 1, 32768).wide);     // 8 KV heads: one wave of splits
   EXPECT_TRUE(plan(recommended, 128, 8, 32768).wide);
   EXPECT_FALSE(plan(recommended, 128, 64, 131072).wide);  // 512 (sequence, KV head) blocks: more than a wave
+  // 256 blocks: one wave of the narrow kernel (two per multiprocessor on the H200), two of the wide one.
+  EXPECT_FALSE(plan(recommended, 128, 32, 4096).wide);
   EXPECT_FALSE(plan(recommended, 64, 1, 32768).wide);     // no wide variant at d = 64
   EXPECT_FALSE(plan(seed_mode, 128, 1, 32768).wide);      // nor for 2-bit keys
   const QuantConfig prod5 = parse_mode("k=prod5,v=mse3", 1);
