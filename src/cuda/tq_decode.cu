@@ -230,7 +230,7 @@ struct Shape {
   // tile). The table is then 64 KB, which leaves room for one block per multiprocessor only; so the block is two
   // halves of 8 warps, each with its own stages, barriers and tiles (half h takes tiles h, h + 2, …), that share
   // the tables and query fragments: one table fill and one query preparation for 16 warps. plan_decode takes it
-  // when the narrow kernel's blocks fit in one wave (docs/benchmarks.md, decode round 10).
+  // when its blocks and the narrow kernel's fit in one wave (docs/benchmarks.md, decode rounds 10, 11).
   static constexpr bool wide_keys = WIDE && has_wide_variant(D, CB);
   static constexpr unsigned halves = wide_keys ? 2u : 1u;
   // Warps per half: 8 for 2- and 4-bit keys, whose code-byte table is then shared by twice the warps
