@@ -88,8 +88,8 @@ __device__ inline std::uint32_t transpose8x8(std::uint32_t x) {
 // The bytes of one token row that one lane needs, read once per tile into registers. Rows are 8-byte aligned
 // (every row size is a multiple of 8 and decode_attention requires a 16-byte aligned layer), so slices whose
 // size is a multiple of 8 (4) bytes use 64-bit (32-bit) loads, 16-byte aligned ones 128-bit loads (A16 below);
-// other sizes (head_dim 64 only) read the aligned words around the slice and shift it into place (up to 4 bytes
-// past the slice: inside the region's slack).
+// other sizes (3-bit values at d = 128: 6 bytes; some slices at d = 64) read the aligned words around the slice
+// and shift it into place (up to 3 bytes past the slice: inside the region's slack).
 template <unsigned NB>
 struct Slice {
   std::uint32_t w[(NB + 3) / 4];
@@ -121,13 +121,19 @@ __device__ __forceinline__ Slice<NB> load_slice(const std::uint8_t* row, std::ui
 #pragma unroll
     for (unsigned i = 0; i < nw; ++i) b.w[i] = s[i];
   } else {
+    // Callers' offsets are multiples of NB from a 4-byte aligned row, so a slice starts a multiple of gcd(NB, 4)
+    // bytes into its first word and spans kWords aligned words: 2 for 6-byte slices, where one more word was read
+    // (and one more shared-memory wavefront spent, two with the value rows' 2-way conflicts) for no byte of the
+    // slice. The top word's missing neighbour is zero: those bits lie past the slice.
+    constexpr unsigned kMisalign = 4u - (NB % 2 == 0 ? 2u : 1u);  // the largest off % 4
+    constexpr unsigned kWords = (NB + kMisalign + 3) / 4;
     const std::uint32_t* s = reinterpret_cast<const std::uint32_t*>(row + (off & ~3u));
     const std::uint32_t sh = 8u * (off & 3u);
-    std::uint32_t raw[nw + 1];
+    std::uint32_t raw[kWords];
 #pragma unroll
-    for (unsigned i = 0; i <= nw; ++i) raw[i] = s[i];
+    for (unsigned i = 0; i < kWords; ++i) raw[i] = s[i];
 #pragma unroll
-    for (unsigned i = 0; i < nw; ++i) b.w[i] = __funnelshift_r(raw[i], raw[i + 1], sh);
+    for (unsigned i = 0; i < nw; ++i) b.w[i] = __funnelshift_r(raw[i], i + 1 < kWords ? raw[i + 1] : 0u, sh);
   }
   return b;
 }
