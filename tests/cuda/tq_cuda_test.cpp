@@ -335,6 +335,8 @@ TEST(CudaDecode, MatchesTheFloat64OracleAcrossModesAndShapes) {
       {"k=mse5,v=mse2", 128, 16, true, 0, kAwkward},
       {"k=mse3,v=mse3,nc", 256, 1, false, 7, kAwkward},
       {"k=mse2,v=mse4", 64, 8, false, 0, kAwkward},
+      // 5-bit keys at d = 64: 10-byte key slices, read as three aligned words (load_slice's unaligned form).
+      {"k=mse5,v=mse3,nc", 64, 4, true, 0, kAwkward},
       {"k=prod3,v=mse2", 128, 4, true, 64, {0, 5000, 4099, 2, 1777}},
       {"k=mse4,v=mse3,nc", 128, 4, false, 0, {3000, 64, 65, 0}},
       // Groups of 2 and 3 heads: the packed kernel (hi / lo halves in the MMA's N columns) with empty columns.
