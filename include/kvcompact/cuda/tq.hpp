@@ -65,7 +65,8 @@ struct DecodePlan {
   std::uint32_t max_length = 0;
   std::uint32_t chunk = 0;   // tokens per split (a multiple of 64)
   std::uint32_t splits = 0;  // quantised splits per (sequence, KV head); one more partial holds the exact window
-  bool wide = false;         // the fused kernel's wide variant (4-bit keys, d = 128; docs/benchmarks.md, round 10)
+  bool wide = false;         // the fused kernel's wide variant (4-bit keys, d = 128, mse modes, plans of one wave;
+                             // docs/benchmarks.md, decode rounds 10 and 11)
   std::uint64_t workspace_bytes = 0;
 };
 // multiprocessors: of the device that will run it (device_properties().multiprocessors).
