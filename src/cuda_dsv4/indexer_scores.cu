@@ -4,7 +4,9 @@
 // times a power of two, so every q_h . k_s is exact here (int32, or f32 sums of at most 22 significant bits) and
 // exact in the CPU's float32 sums; the head sum then runs in the CPU's order with IEEE round-to-nearest
 // multiplies and adds (no FMA contraction). Rows or queries that are not on such a grid take an exact scalar
-// emulation of the CPU's arithmetic instead. The argument in full: docs/cuda-dsv4-kernels.md.
+// emulation of the CPU's arithmetic instead. The head sum is the CPU's fixed tree (dsv4/indexer.cpp,
+// head_block_sum), reduced in registers and shuffles from the MMAs' accumulators. The argument in full:
+// docs/cuda-dsv4-kernels.md.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -34,12 +36,6 @@ __device__ float cpu_dot128_row(const float* a, const std::uint8_t* row, std::ui
 
 constexpr unsigned kScoreGroupsAtOnce = 2;  // row groups of 8 whose MMA chains a warp interleaves (16-bit paths)
 constexpr unsigned kKiStride = 144;  // bytes per key row in shared memory (conflict-free B fragments)
-// The per-head products lie by key row, ps[row * kPStride + head], so that a row's head sum reads them 16 bytes at a
-// time. The MMAs' A rows g and g + 8 hold heads 2 g and 2 g + 1 of their tile of 16 (see the A fragments), so a
-// lane stores its two heads of one row as one 8-byte value; a stride of 68 floats (4 mod 32) puts a half-warp's
-// 16 such stores (rows 2 tig, heads 2 g) on distinct bank pairs and a quarter-warp's 16-byte head-sum loads (8
-// rows) on distinct bank groups.
-constexpr unsigned kPStride = kIndexerMaxHeads + 4;
 // 16-bit rows (raw BF16 rows, FP8 rows widened to f16) lie in shared memory 256 B apart, their 16-byte chunk c
 // at position c ^ (row % 8). That keeps every access conflict-free without padding: the 8 rows of an ldmatrix
 // matrix read 8 distinct bank groups, the row check's quarter-warps too (see its read order), and the eight
@@ -57,9 +53,9 @@ __device__ __forceinline__ unsigned row16_chunk(unsigned row, unsigned chunk) {
 static_assert(kScoreTileRows * kKiStride <= kRawBytes);
 struct ScoreSmem {
   std::uint8_t raw[2][kRawBytes];
-  float ps[kScoreTileRows * kPStride];  // ps[row * kPStride + head]
-  float sk[kScoreTileRows];     // power of two of each row's head sum: 2^fk of MXFP4 codes, the FP8 scale 2^k;
-                                // 1 for BF16 rows and rows of the scalar path
+  float upper[kScoreTileRows];  // each row's sum over heads 32 .. 63 (the odd warps' half of the head tree)
+  float sk[kScoreTileRows];     // power of two of each row's head sum: 2^fk of MXFP4 codes, the FP8 scale 2^k,
+                                // 1 for BF16 rows; 0 marks a row of the scalar path (which writes its own score)
   int flagged[kScoreTileRows];  // rows of the tile that take the exact scalar path
   int nflagged[2];              // their count, by tile parity (reset one tile ahead; see the loop)
   int q_ok, fq_min, fq_max;
@@ -127,33 +123,64 @@ __device__ __forceinline__ bool mxfp4_block_codes(const std::uint32_t* wd, int s
   return (any_index & 0x77777777u) == 0;
 }
 
-// Stores a warp's terms of one group of 8 key rows into ps (the layout of kPStride): term(mt, j) is the term of
-// accumulator element j of m-tile mt, i.e. head head0 + 16 mt + 2 g (j = 0, 1; A row g) or + 1 (j = 2, 3; A row
-// g + 8) against key row 8 group + 2 tig (j = 0, 2) or + 1 (j = 1, 3). Both MMA paths (16-bit, int8) store so.
-template <typename Term>
-__device__ __forceinline__ void store_group_terms(float* ps, unsigned head0, unsigned group, unsigned lane, Term term) {
-  const unsigned ra = group * 8 + (lane % 4) * 2;  // even: the float2 accesses are aligned
-#pragma unroll
-  for (unsigned mt = 0; mt < 2; ++mt) {
-    const unsigned ha = head0 + 16 * mt + 2 * (lane / 4);
-    *reinterpret_cast<float2*>(&ps[ra * kPStride + ha]) = make_float2(term(mt, 0), term(mt, 2));
-    *reinterpret_cast<float2*>(&ps[(ra + 1) * kPStride + ha]) = make_float2(term(mt, 1), term(mt, 3));
-  }
-}
+// The CPU's head tree (dsv4/indexer.cpp, head_block_sum: heads h = 32 a + 16 m + 2 g + b; the pairs b, then
+// the two m, then a butterfly over g, then the two a) from the MMA accumulators of a warp's quarter of a tile.
+// Lane (g, tig) holds, for each group of 8 rows and each m-tile m, the terms of heads 32 a + 16 m + 2 g + b (A rows
+// g, g + 8: b = 0, 1; a = warp % 2) against rows 2 tig + c: term(m, c) and term(m, c + 2). The pairs and the two m
+// add in the lane; the butterfly over g is a reduce-scatter across the lanes 4, 8 and 16 apart, which leaves each
+// lane one row's sum over its warp's 32 heads (row_of_lane). Float addition commutes exactly, so which lane's
+// value comes first does not matter; the order of the tree is the CPU's.
+struct HeadTree {
+  float kept[2][2];  // after the first butterfly level: [pair of groups][c]
 
-// Tensor-core terms of one warp's quarter of a tile of 16-bit rows (row16_chunk layout) into ps: 32 heads
+  // In-lane part for one group: ((t(2g) + t(2g+1)) + (t(16+2g) + t(17+2g))) of row 2 tig + c.
+  template <typename Term>
+  static __device__ __forceinline__ float lane_sum(Term term, unsigned c) {
+    return __fadd_rn(__fadd_rn(term(0, c), term(0, c + 2)), __fadd_rn(term(1, c), term(1, c + 2)));
+  }
+  // First level (g and g ^ 1, lanes 4 apart) for groups 2 pair and 2 pair + 1 (v[i][c]): the lane keeps group
+  // 2 pair + (g % 2).
+  __device__ __forceinline__ void first_level(unsigned pair, const float (&v)[2][2], unsigned lane) {
+    const bool odd = (lane >> 2) & 1u;
+#pragma unroll
+    for (unsigned c = 0; c < 2; ++c) {
+      const float send = odd ? v[0][c] : v[1][c], keep = odd ? v[1][c] : v[0][c];
+      kept[pair][c] = __fadd_rn(keep, __shfl_xor_sync(0xFFFFFFFFu, send, 4));
+    }
+  }
+  // Second (lanes 8 apart: the lane keeps pair (g / 2) % 2) and third level (16 apart: c = g / 4).
+  __device__ __forceinline__ float finish(unsigned lane) const {
+    const bool b1 = (lane >> 3) & 1u, b2 = (lane >> 4) & 1u;
+    float q[2];
+#pragma unroll
+    for (unsigned c = 0; c < 2; ++c) {
+      const float send = b1 ? kept[0][c] : kept[1][c], keep = b1 ? kept[1][c] : kept[0][c];
+      q[c] = __fadd_rn(keep, __shfl_xor_sync(0xFFFFFFFFu, send, 8));
+    }
+    const float send = b2 ? q[0] : q[1], keep = b2 ? q[1] : q[0];
+    return __fadd_rn(keep, __shfl_xor_sync(0xFFFFFFFFu, send, 16));
+  }
+  // The row (of the warp's 32: 8 group + 2 tig + c) whose sum finish() leaves in this lane.
+  static __device__ __forceinline__ unsigned row_of_lane(unsigned lane) {
+    const unsigned g = lane / 4, group = 2 * ((g >> 1) & 1u) + (g & 1u);
+    return 8 * group + 2 * (lane % 4) + (g >> 2);
+  }
+};
+
+// Tensor-core terms of one warp's quarter of a tile of 16-bit rows (row16_chunk layout) into its head tree: 32 heads
 // (head0 + 16 mt + 2 g, + 1: A rows g, g + 8 of the fragments a[mt]) x 32 rows (groups group0 .. group0 + 3 of
 // 8 rows), so that each warp reads half the tile's rows: a warp of 16 heads x 64 rows read every row four times
 // per tile, and those ldmatrix wavefronts were the largest share of a shared-memory pipe that ran at ~87 %
 // (Nsight Compute).
 // ldmatrix register j of 32-dim chunk c holds dims 32 c + 8 j + 2 tig, + 1 of row 8 group + g, the B fragments of
 // k-steps 2 c (j = 0, 1) and 2 c + 1 (j = 2, 3). Terms fl((w_h 2^fq_h) max(I, 0)); rows past the tile's end hold
-// stale bytes, and their terms are never summed.
+// stale bytes, and their sums (each row's its own) are never stored.
 template <typename Format>
-__device__ __forceinline__ void mma_terms_16bit(float* ps, const std::uint8_t* rows, const std::uint32_t (&a)[2][8][4],
-                                                const float (&wqa)[2], const float (&wqb)[2], unsigned head0,
-                                                unsigned group0, unsigned lane) {
+__device__ __forceinline__ void mma_terms_16bit(HeadTree& tree, const std::uint8_t* rows,
+                                                const std::uint32_t (&a)[2][8][4], const float (&wqa)[2],
+                                                const float (&wqb)[2], unsigned group0, unsigned lane) {
   constexpr unsigned kGroupsAtOnce = kScoreGroupsAtOnce;
+  static_assert(kGroupsAtOnce == 2, "the head tree's first level pairs the groups of one step");
   // Lane l addresses row l % 8 of matrix l / 8, whose 16-byte chunk 4 c + l / 8 lies at (4 c + l / 8) ^ (l % 8):
   // 8 (c / 2) + (x, or x ^ 4 for odd c), x = (l / 8) ^ (l % 8).
   const unsigned x = (lane / 8) ^ (lane % 8);
@@ -191,17 +218,22 @@ __device__ __forceinline__ void mma_terms_16bit(float* ps, const std::uint8_t* r
         for (unsigned mt = 0; mt < 2; ++mt) mma(acc[i][mt], a[mt][2 * c + 1], b[i][2], b[i][3]);
       }
     }
+    float v[kGroupsAtOnce][2];
 #pragma unroll
     for (unsigned i = 0; i < kGroupsAtOnce; ++i) {
-      store_group_terms(ps, head0, group0 + ng0 + i, lane, [&](unsigned mt, unsigned j) {
-        return __fmul_rn(j < 2 ? wqa[mt] : wqb[mt], fmaxf(acc[i][mt][j], 0.0f));
-      });
+#pragma unroll
+      for (unsigned c = 0; c < 2; ++c) {
+        v[i][c] = HeadTree::lane_sum([&](unsigned mt, unsigned j) {
+          return __fmul_rn(j < 2 ? wqa[mt] : wqb[mt], fmaxf(acc[i][mt][j], 0.0f));
+        }, c);
+      }
     }
+    tree.first_level(ng0 / kGroupsAtOnce, v, lane);
   }
 }
 
 // A row of the tile (r < nrows) that the tensor-core path cannot score joins the tile's list for the scalar path,
-// which writes its final terms (its power of two sk is then 1). Called by one of the row's two threads.
+// which writes its score (its sk is then 0, so the tensor path's does not). Called by one of the row's two threads.
 __device__ __forceinline__ void flag_for_scalar_path(ScoreSmem& sm, unsigned buf, unsigned r, std::uint32_t nrows,
                                                      bool tensor_path) {
   if (r < nrows && !tensor_path) sm.flagged[atomicAdd(&sm.nflagged[buf], 1)] = static_cast<int>(r);
@@ -283,7 +315,7 @@ __global__ void __launch_bounds__(kScoreThreads, 4) score_kernel(ScoreParams p) 
   float wqa[2] = {0.0f, 0.0f}, wqb[2] = {0.0f, 0.0f};
 #pragma unroll
   for (unsigned mt = 0; mt < kMTiles; ++mt) {
-    const unsigned ha = head0 + 16 * mt + 2 * g, hb = ha + 1;  // A rows g and g + 8 (see kPStride)
+    const unsigned ha = head0 + 16 * mt + 2 * g, hb = ha + 1;  // A rows g and g + 8 (see HeadTree)
 #pragma unroll
     for (int ks = 0; ks < kKSteps; ++ks) {
       if constexpr (!kIntCodes) {
@@ -331,6 +363,7 @@ __global__ void __launch_bounds__(kScoreThreads, 4) score_kernel(ScoreParams p) 
     // past this barrier, and its writers (the next tile's row checks) come after the next tile's first barrier.
     // This tile adds to nflagged[buf], reset one tile ago (the first tile's in the prologue).
     if (tid == 0) sm.nflagged[buf ^ 1u] = 0;
+    HeadTree tree;
     if constexpr (kPath == ScorePath::Bf16Rows) {
       // ---- row check: two threads per key row (dims [64 half, 64 half + 64)), then the MMAs on the raw rows.
       // (Rows past a short tile's end hold stale bytes: checked like any row, never flagged, their terms never
@@ -354,10 +387,10 @@ __global__ void __launch_bounds__(kScoreThreads, 4) score_kernel(ScoreParams p) 
       // fl(w max(q.k, 0)) themselves ((w 2^fq) I = w q.k exactly), whatever their magnitude: 2^fk = 1.
       ok = ok && fq_min + e - 7 >= -149 && fq_max + e + 15 <= 126;
       if (half == 0) {
-        sm.sk[r] = 1.0f;
+        sm.sk[r] = q_ok && ok ? 1.0f : 0.0f;
         flag_for_scalar_path(sm, buf, r, nrows, q_ok && ok);
       }
-      mma_terms_16bit<Bf16Bits>(sm.ps, sm.raw[buf], a, wqa, wqb, head0, group0, lane);
+      mma_terms_16bit<Bf16Bits>(tree, sm.raw[buf], a, wqa, wqb, group0, lane);
     } else if constexpr (kPath == ScorePath::Fp8Rows) {
       // ---- widen to f16 (two threads per key row) and check; the f16 rows overwrite the tile's buffer.
       const unsigned r = tid / 2, half = tid % 2;
@@ -392,11 +425,11 @@ __global__ void __launch_bounds__(kScoreThreads, 4) score_kernel(ScoreParams p) 
         *reinterpret_cast<uint4*>(sm.raw[buf] + row16_chunk(r, 8 * half + (q ^ 4 * half))) = v;
       }
       if (half == 0) {
-        sm.sk[r] = q_ok && ok ? pow2f(k) : 1.0f;
+        sm.sk[r] = q_ok && ok ? pow2f(k) : 0.0f;
         flag_for_scalar_path(sm, buf, r, nrows, q_ok && ok);
       }
       __syncthreads();
-      mma_terms_16bit<F16Bits>(sm.ps, sm.raw[buf], a, wqa, wqb, head0, group0, lane);
+      mma_terms_16bit<F16Bits>(tree, sm.raw[buf], a, wqa, wqb, group0, lane);
     } else {
       // ---- MXFP4 decode: two threads per key row (dims [64 half, 64 half + 64)) to integer codes at one exponent.
       {
@@ -449,7 +482,7 @@ __global__ void __launch_bounds__(kScoreThreads, 4) score_kernel(ScoreParams p) 
           }
         }
         if (half == 0) {
-          sm.sk[r] = q_ok && ok ? pow2f(f) : 1.0f;
+          sm.sk[r] = q_ok && ok ? pow2f(f) : 0.0f;
           flag_for_scalar_path(sm, buf, r, nrows, q_ok && ok);
         }
       }
@@ -458,7 +491,7 @@ __global__ void __launch_bounds__(kScoreThreads, 4) score_kernel(ScoreParams p) 
       // tile's int8 rows; a warp of 16 heads x 64 rows read all of them): two groups of 8 rows at a time, each
       // against both m-tiles, so four independent MMA chains interleave (one chain of four dependent MMAs alone
       // stalls on every MMA's latency: the H200 profile showed a NOP and a fixed-latency wait between them); dots
-      // exact, then fl((w_h 2^fq_h) max(I, 0)) into ps[row][head] (2^fk is applied to the row's head sum).
+      // exact, then fl((w_h 2^fq_h) max(I, 0)) into the head tree (2^fk is applied to the row's head sum).
       constexpr unsigned kGroupsAtOnce = 2;
 #pragma unroll
       for (unsigned ng0 = 0; ng0 < 4; ng0 += kGroupsAtOnce) {
@@ -483,60 +516,72 @@ __global__ void __launch_bounds__(kScoreThreads, 4) score_kernel(ScoreParams p) 
         for (unsigned i = 0; i < kGroupsAtOnce; ++i) mma_step(2, i, k23[i].x, k23[i].y);
 #pragma unroll
         for (unsigned i = 0; i < kGroupsAtOnce; ++i) mma_step(3, i, k23[i].z, k23[i].w);
+        float v[kGroupsAtOnce][2];
 #pragma unroll
         for (unsigned i = 0; i < kGroupsAtOnce; ++i) {
-          store_group_terms(sm.ps, head0, group0 + ng0 + i, lane, [&](unsigned mt, unsigned j) {
-            return j < 2 ? relu_product(wqa[mt], wqa_offset[mt], acc[i][mt][j])
-                         : relu_product(wqb[mt], wqb_offset[mt], acc[i][mt][j]);
-          });
+#pragma unroll
+          for (unsigned c = 0; c < 2; ++c) {
+            v[i][c] = HeadTree::lane_sum([&](unsigned mt, unsigned j) {
+              return j < 2 ? relu_product(wqa[mt], wqa_offset[mt], acc[i][mt][j])
+                           : relu_product(wqb[mt], wqb_offset[mt], acc[i][mt][j]);
+            }, c);
+          }
         }
+        tree.first_level(ng0 / kGroupsAtOnce, v, lane);
       }
     }
-    __syncthreads();  // ps holds every term; the flagged rows are listed
-    // ---- exact scalar path for rows (or a query) off the integer grid: the CPU's own arithmetic.
-    // One warp per flagged row, one lane per head; its barrier only when there are such rows (the count is
-    // the same in every thread).
-    const int nflagged = sm.nflagged[buf];
-    if (nflagged > 0) {
-      for (int i = static_cast<int>(warp); i < nflagged; i += kScoreThreads / 32) {
-        const unsigned r = static_cast<unsigned>(sm.flagged[i]);
-        const std::uint8_t* row = desc.indexer_rows + static_cast<std::uint64_t>(row0 + r) * p.row_bytes;
-        for (unsigned h = lane; h < p.heads; h += 32) {
-          const float dot = cpu_dot128_row(qf + h * kIndexerDim, row, p.storage);
-          sm.ps[r * kPStride + h] = __fmul_rn(w[h], dot < 0.0f ? 0.0f : dot);
-        }
-        if (lane == 0 && p.fallback_rows != nullptr) atomicAdd(p.fallback_rows, 1ull);
-      }
-      __syncthreads();
-    }
-    // ---- head sum in the CPU's order: total = ((0 + p_0) + p_1) + ..., then times the row's power of two sk
-    // (2^fk of MXFP4 codes, the FP8 scale; 1 for BF16 rows, whose terms are the CPU's own, and the scalar path).
+    // ---- head sums: each warp's 32 heads in registers (HeadTree), the odd warp's half through shared memory.
+    const float half_sum = tree.finish(lane);
+    const unsigned my_row = (warp / 2) * 32 + HeadTree::row_of_lane(lane);
+    if (warp % 2 == 1) sm.upper[my_row] = half_sum;
+    __syncthreads();  // the upper halves are in; the flagged rows are listed (sk = 0 for them)
+    // Total = ((lower + upper) + 0) times the row's power of two sk (2^fk of MXFP4 codes, the FP8 scale; 1 for
+    // BF16 rows, whose terms are the CPU's own); + 0 turns a zero total into +0 as the CPU does.
     // The CPU's terms are p_h sk with p_h = fl((w_h 2^fq_h) I_h): when p_h and p_h sk are both normal (checked per
     // row), rounding commutes with the power of two, so the terms are the CPU's bits over sk. Then so is every
-    // partial sum: a rounded sum that is normal in both scales rounds the same relative bits, and one that is
-    // subnormal in either scale is exact there (a sum of multiples of 2^-149 below 2^-126), hence representable
-    // and exact in the other scale too; no partial sum can overflow (checked). So the sum times sk is exactly the
-    // CPU's total, and the multiply does not round. (Values are loaded 16 at a time, four per 16-byte load, ahead
-    // of the dependent adds; the order of the adds is unchanged.)
-    if (tid < nrows) {
-      float total = 0.0f;
-      const float* row_terms = sm.ps + tid * kPStride;
-      unsigned h = 0;
-      for (; h + 16 <= p.heads; h += 16) {
-        float4 v[4];
-#pragma unroll
-        for (unsigned j = 0; j < 4; ++j) v[j] = *reinterpret_cast<const float4*>(row_terms + h + 4 * j);
-#pragma unroll
-        for (unsigned j = 0; j < 4; ++j) {
-          total = __fadd_rn(__fadd_rn(__fadd_rn(__fadd_rn(total, v[j].x), v[j].y), v[j].z), v[j].w);
-        }
+    // partial sum, in any order of the adds: a rounded sum that is normal in both scales rounds the same relative
+    // bits, and one that is subnormal in either scale is exact there (a sum of multiples of 2^-149 below 2^-126),
+    // hence representable and exact in the other scale too; no partial sum can overflow (checked for all 64
+    // terms, so for every subset). So the sum times sk is exactly the CPU's total, and the multiply does not round.
+    if (warp % 2 == 0 && my_row < nrows) {
+      const float sk = sm.sk[my_row];
+      if (sk != 0.0f) {
+        const float total = __fmul_rn(__fadd_rn(__fadd_rn(half_sum, sm.upper[my_row]), 0.0f), sk);
+        p.scores[static_cast<std::uint64_t>(token) * p.score_stride + row0 + my_row] = total;
       }
-      for (; h < p.heads; ++h) total = __fadd_rn(total, row_terms[h]);
-      total = __fmul_rn(total, sm.sk[tid]);
-      p.scores[static_cast<std::uint64_t>(token) * p.score_stride + row0 + tid] = total;
+    }
+    // ---- exact scalar path for rows (or a query) off the integer grid: the CPU's own arithmetic, one warp per
+    // flagged row. Lane l holds the terms of heads l (a = 0) and l + 32 (a = 1), zero past the last head, and
+    // the CPU's tree runs on shuffles: the pairs (lanes 1 apart), the two m (16 apart), g (2, 4, 8 apart), a.
+    const int nflagged = sm.nflagged[buf];
+    for (int i = static_cast<int>(warp); i < nflagged; i += kScoreThreads / 32) {
+      const unsigned r = static_cast<unsigned>(sm.flagged[i]);
+      const std::uint8_t* row = desc.indexer_rows + static_cast<std::uint64_t>(row0 + r) * p.row_bytes;
+      // (One copy of the dot's emulation for both heads, not unrolled: it is long, and only flagged rows run it.)
+      float t0 = 0.0f, t1 = 0.0f;
+#pragma unroll 1
+      for (unsigned a = 0; a < 2; ++a) {
+        const unsigned h = lane + 32 * a;
+        float t = 0.0f;
+        if (h < p.heads) {
+          const float dot = cpu_dot128_row(qf + h * kIndexerDim, row, p.storage);
+          t = __fmul_rn(w[h], dot < 0.0f ? 0.0f : dot);
+        }
+        (a == 0 ? t0 : t1) = t;
+      }
+      constexpr unsigned kLanesApart[5] = {1, 16, 2, 4, 8};
+#pragma unroll
+      for (unsigned j = 0; j < 5; ++j) {
+        t0 = __fadd_rn(t0, __shfl_xor_sync(0xFFFFFFFFu, t0, kLanesApart[j]));
+        t1 = __fadd_rn(t1, __shfl_xor_sync(0xFFFFFFFFu, t1, kLanesApart[j]));
+      }
+      if (lane == 0) {
+        p.scores[static_cast<std::uint64_t>(token) * p.score_stride + row0 + r] = __fadd_rn(__fadd_rn(t0, t1), 0.0f);
+        if (p.fallback_rows != nullptr) atomicAdd(p.fallback_rows, 1ull);
+      }
     }
     // No barrier here: the next tile's copies go to the buffer this tile's MMAs have finished reading, and
-    // ps / sk / flagged are written again only after the next tile's first barrier.
+    // upper / sk / flagged are written again only after the next tile's first barrier.
     tile = next;
   }
 }

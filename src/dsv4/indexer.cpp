@@ -2,6 +2,7 @@
 // order (score, then index), so nth_element + sort give the same answer as a full stable sort.
 #include "kvcompact/dsv4/indexer.hpp"
 
+#include "dsv4/indexer_head_sum.hpp"
 #include "dsv4/math_dot.hpp"
 
 #include <algorithm>
@@ -57,10 +58,21 @@ void indexer_topk_f64(std::span<std::int32_t> out, std::span<const double> score
 
 namespace {
 
+// Terms fl(w_h max(q_h . k, 0)) (zero past the last head), summed per block of 64 heads by head_block_sum
+// (indexer_head_sum.hpp) and the blocks in order; the final + 0 makes a zero total +0 whatever the signs of zero terms (the GPU's can differ).
 float score_row(const float* q, const float* w, const float* key, std::size_t heads, std::size_t dim) {
+  constexpr std::size_t kBlock = 64;
   float total = 0.0f;
-  for (std::size_t h = 0; h < heads; ++h) total += w[h] * std::max(detail::dot_f32(q + h * dim, key, dim), 0.0f);
-  return total;
+  for (std::size_t h0 = 0; h0 < heads; h0 += kBlock) {
+    float t[kBlock];
+    for (std::size_t j = 0; j < kBlock; ++j) {
+      const std::size_t h = h0 + j;
+      t[j] = h < heads ? w[h] * std::max(detail::dot_f32(q + h * dim, key, dim), 0.0f) : 0.0f;
+    }
+    const float block = detail::head_block_sum(t);
+    total = h0 == 0 ? block : total + block;
+  }
+  return total + 0.0f;
 }
 }  // namespace
 

@@ -29,6 +29,7 @@
 #include "kvcompact/dsv4/indexer.hpp"
 #include "kvcompact/dsv4/rope.hpp"
 #include "kvcompact/dsv4/storage.hpp"
+#include "dsv4/indexer_head_sum.hpp"
 #include "dsv4/math_dot.hpp"
 #include "test_seed.hpp"
 
@@ -763,12 +764,13 @@ TEST(CudaDsv4KernelsArgs, InvalidArgumentsAreRejected) {
 
 // The CPU half of the exactness argument (docs/cuda-dsv4-kernels.md), checked on the CPU alone: for model
 // data (Hadamard + FP4 queries and keys) the CPU's float32 dot equals the exact dot product, and its scores
-// equal the head sum of exact dots in the CPU's order — which is what the int8 tensor-core scorer computes.
+// equal the head sum of exact dots in the CPU's order (head_block_sum, then + 0) — which is what the tensor-core
+// scorer computes.
 TEST(CudaDsv4KernelsArgs, CpuIndexerDotIsExactOnModelData) {
   const std::uint64_t seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
-  const std::size_t H = 64, rows = 300;
+  const std::size_t H = 64, rows = 300;  // (one block of heads: head_block_sum)
   std::vector<float> q = normal(rng, H * 128, 1.0f);
   kd::prepare_indexer_query(q.data(), H);
   std::uniform_real_distribution<float> mag(0.01f, 100.0f);
@@ -783,16 +785,16 @@ TEST(CudaDsv4KernelsArgs, CpuIndexerDotIsExactOnModelData) {
   kd::indexer_scores_contiguous(scores.data(), q.data(), w.data(), keys.data(), rows, H, 128);
   std::size_t inexact = 0, differ = 0;
   for (std::size_t r = 0; r < rows; ++r) {
-    float total = 0.0f;
+    float terms[64];
     for (std::size_t h = 0; h < H; ++h) {
       double exact = 0.0;  // products and sums of FP4-grid values are exact in double here
       for (std::size_t i = 0; i < 128; ++i) exact += static_cast<double>(q[h * 128 + i]) * keys[r * 128 + i];
       const float as_float = static_cast<float>(exact);
       inexact += static_cast<double>(as_float) != exact;
       differ += bits(kd::detail::dot_f32(&q[h * 128], &keys[r * 128], 128)) != bits(as_float);
-      const float prod = w[h] * std::max(as_float, 0.0f);
-      total = total + prod;
+      terms[h] = w[h] * std::max(as_float, 0.0f);
     }
+    const float total = kd::detail::head_block_sum(terms) + 0.0f;
     differ += bits(total) != bits(scores[r]);
   }
   std::printf("[dsv4-kernels] cpu exactness: %zu dots not representable, %zu values differing (seed %llu)\n", inexact,

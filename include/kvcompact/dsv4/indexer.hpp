@@ -28,6 +28,9 @@ std::vector<double> indexer_scores_f64(std::span<const float> q, std::span<const
 void indexer_topk_f64(std::span<std::int32_t> out, std::span<const double> scores);
 
 // ---- float32 fast path ------------------------------------------------------------------------------
+// Each head's dot in float32 (eight accumulators, fixed tree), its term fl(w_h * max(dot, 0)), and the terms
+// summed per block of 64 heads in a fixed tree (src/dsv4/indexer_head_sum.hpp; the GPU kernel sums in the same
+// order and matches these scores bit for bit), blocks in order, then + 0.
 // scores [rows]; keys given as row pointers (each `dim` floats) so rows can come from any storage.
 void indexer_scores(float* scores, const float* q, const float* w, const float* const* keys, std::size_t rows,
                     std::size_t heads, std::size_t dim);

@@ -66,6 +66,53 @@ TEST(DsvIndexer, ReluAndSignedWeights) {
   EXPECT_EQ(s[1], 0.5f);   // 0.5 * 5 + (-2) * 1
 }
 
+// The head sum's order is part of the contract (the GPU kernel reproduces it bit for bit): per block of 64
+// heads, h = 32 a + 16 m + 2 g + b summed as pairs b, then m, then g bit by bit (0, 1, 2), then a; then + 0.
+// Written here as an adjacent pairwise tree over the heads permuted to position 32 a + 16 g2 + 8 g1 + 4 g0 +
+// 2 m + b. Terms spread over 2^-20 .. 2^20 make any other order give other bits.
+float documented_head_tree(const std::vector<float>& terms) {
+  std::vector<float> level(64, 0.0f);
+  for (std::size_t h = 0; h < terms.size(); ++h) {
+    const std::size_t a = h / 32, m = (h / 16) % 2, g = (h / 2) % 8, b = h % 2;
+    level[32 * a + 16 * (g / 4) + 8 * ((g / 2) % 2) + 4 * (g % 2) + 2 * m + b] = terms[h];
+  }
+  while (level.size() > 1) {
+    std::vector<float> next(level.size() / 2);
+    for (std::size_t i = 0; i < next.size(); ++i) next[i] = level[2 * i] + level[2 * i + 1];
+    level = next;
+  }
+  return level[0] + 0.0f;
+}
+
+TEST(DsvIndexer, HeadSumIsTheDocumentedTree) {
+  KVC_SEEDED(rng);
+  for (std::size_t heads : {64u, 40u, 3u}) {
+    for (int trial = 0; trial < 20; ++trial) {
+      // Head h reads dim h only (q one-hot, weight 1 or -1), so its term is +-max(key[h], 0) exactly.
+      std::vector<float> q(heads * 128, 0.0f), w(heads), key(128, 0.0f), terms(heads);
+      for (std::size_t h = 0; h < heads; ++h) {
+        q[h * 128 + h] = 1.0f;
+        w[h] = rng.integer(0, 1) != 0 ? 1.0f : -1.0f;
+        key[h] = std::ldexp(rng.uniform(-1.0f, 1.0f), static_cast<int>(rng.integer(-20, 20)));
+        terms[h] = w[h] * std::max(key[h], 0.0f);
+      }
+      float score = 0.0f;
+      indexer_scores_contiguous(&score, q.data(), w.data(), key.data(), 1, heads, 128);
+      EXPECT_TRUE(testutil::same_bits(std::vector<float>{score}, std::vector<float>{documented_head_tree(terms)}))
+          << heads << " heads, trial " << trial;
+    }
+  }
+  // Negative weights on positive dots and zero dots: terms -0 and negative; an all-zero total is +0.
+  std::vector<float> q(2 * 128, 0.0f), key(128, 0.0f);
+  q[0] = 1.0f;
+  q[128 + 1] = 1.0f;
+  const std::vector<float> w = {-1.0f, -2.0f};  // dots 0 and 0: terms -0, -0
+  float score = 1.0f;
+  indexer_scores_contiguous(&score, q.data(), w.data(), key.data(), 1, 2, 128);
+  EXPECT_EQ(score, 0.0f);
+  EXPECT_FALSE(std::signbit(score));
+}
+
 TEST(DsvIndexer, TopkTieBreakAndFill) {
   const std::vector<float> scores = {1.0f, 3.0f, 3.0f, -1.0f, 3.0f, 2.0f};
   TopkScratch scratch;
