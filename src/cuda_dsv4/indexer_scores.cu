@@ -1,6 +1,6 @@
-// DeepSeek-V4 lightning indexer on the GPU, scores I[s] = sum_h w_h ReLU(q_h . k_s) on tensor cores: bf16 MMAs
-// straight on BF16 key rows, f16 MMAs on FP8 rows widened to f16, int8 MMAs on MXFP4 rows decoded to integer
-// codes. The scores are bit-identical to the CPU fast path (indexer_scores): FP4-grid values are small integers
+// DeepSeek-V4 lightning indexer on the GPU, scores I[s] = sum_h w_h ReLU(q_h . k_s) on tensor cores (mma.sync):
+// bf16 MMAs straight on BF16 key rows, int8 MMAs on MXFP4 rows decoded to integer codes. (FP8 rows go to the
+// warpgroup kernel, indexer_scores_wgmma.cu; launch_indexer_scores below dispatches by storage.) The scores are bit-identical to the CPU fast path (indexer_scores): FP4-grid values are small integers
 // times a power of two, so every q_h . k_s is exact here (int32, or f32 sums of at most 22 significant bits) and
 // exact in the CPU's float32 sums; the head sum then runs in the CPU's order with IEEE round-to-nearest
 // multiplies and adds (no FMA contraction). Rows or queries that are not on such a grid take an exact scalar
@@ -11,9 +11,9 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <type_traits>
 
 #include "indexer_rows16.cuh"
+#include "indexer_score_parts.cuh"
 #include "kernels_device.cuh"
 #include "kernels_params.hpp"
 #include "pdl.cuh"
@@ -22,40 +22,28 @@ namespace kvcompact::cuda::dsv4::detail {
 
 namespace {
 
-// The CPU's float32 dot product (math_dot.hpp dot_f32, n = 128: eight accumulators, then a fixed tree) of a
-// query head with a stored row, decoded value by value exactly as decode_indexer_row does.
-__device__ float cpu_dot128_row(const float* a, const std::uint8_t* row, std::uint32_t storage) {
-  float s[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
-  for (unsigned i = 0; i < 128; i += 8) {
-#pragma unroll
-    for (unsigned j = 0; j < 8; ++j) s[j] = __fadd_rn(s[j], __fmul_rn(a[i + j], indexer_value(row, storage, i + j)));
-  }
-  return __fadd_rn(__fadd_rn(__fadd_rn(s[0], s[1]), __fadd_rn(s[2], s[3])),
-                   __fadd_rn(__fadd_rn(s[4], s[5]), __fadd_rn(s[6], s[7])));
-}
-
-constexpr unsigned kScoreGroupsAtOnce = 2;  // row groups of 8 whose MMA chains a warp interleaves (16-bit paths)
+constexpr unsigned kScoreGroupsAtOnce = 2;  // row groups of 8 whose MMA chains a warp interleaves (bf16 path)
 constexpr unsigned kKiStride = 144;  // bytes per key row in shared memory (conflict-free B fragments)
-// 16-bit rows (raw BF16 rows, FP8 rows widened to f16) lie in shared memory 256 B apart, their 16-byte chunk c
+// BF16 rows lie in shared memory 256 B apart, their 16-byte chunk c
 // at position c ^ (row % 8). That keeps every access conflict-free without padding: the 8 rows of an ldmatrix
 // matrix read 8 distinct bank groups, the row check's quarter-warps too (see its read order), and the eight
 // copies of a quarter-warp's cp.async land in one aligned 128-byte line. (A padded stride of 272 B split each
 // quarter-warp's copies over two lines: 2.6x the ideal shared-memory wavefronts of the copies, Nsight Compute.)
 constexpr unsigned kRow16Bytes = 256;
-constexpr unsigned kRawBytes = kScoreTileRows * kRow16Bytes;  // per buffer; FP8 / MXFP4 tiles are smaller
+constexpr unsigned kRawBytes = kScoreTileRows * kRow16Bytes;  // per buffer; MXFP4 tiles are smaller
 __device__ __forceinline__ unsigned row16_chunk(unsigned row, unsigned chunk) {
   return row * kRow16Bytes + ((chunk ^ (row % 8)) << 4);
 }
 
-// The int8 rows of an MXFP4 tile (64 x kKiStride bytes) and the f16 rows of an FP8 tile (64 x kRow16Bytes)
-// are written over the tile's own raw buffer once every thread has its raw values in registers; that keeps a
-// block under 56 KB, so four blocks (16 warps) fit on a multiprocessor (the registers allow four as well).
+// The int8 rows of an MXFP4 tile (64 x kKiStride bytes) are written over the tile's own raw buffer once every
+// thread has its raw values in registers; four blocks (16 warps) fit on a multiprocessor (the registers allow
+// four as well).
 static_assert(kScoreTileRows * kKiStride <= kRawBytes);
 struct ScoreSmem {
   std::uint8_t raw[2][kRawBytes];
   float upper[kScoreTileRows];  // each row's sum over heads 32 .. 63 (the odd warps' half of the head tree)
-  float sk[kScoreTileRows];     // power of two of each row's head sum: 2^fk of MXFP4 codes, the FP8 scale 2^k,
-                                // 1 for BF16 rows; 0 marks a row of the scalar path (which writes its own score)
+  float sk[kScoreTileRows];     // power of two of each row's head sum: 2^fk of MXFP4 codes, 1 for BF16 rows;
+                                // 0 marks a row of the scalar path (which writes its own score)
   int flagged[kScoreTileRows];  // rows of the tile that take the exact scalar path
   int nflagged[2];              // their count, by tile parity (reset one tile ahead; see the loop)
   int q_ok, fq_min, fq_max;
@@ -63,7 +51,7 @@ struct ScoreSmem {
 };
 
 // Copies the raw bytes of key rows [row0, row0 + nrows) into a shared buffer (BF16: chunks at row16_chunk;
-// FP8 / MXFP4: contiguous; a tile starts 16-byte aligned because 64 rows of 132 / 68 B are multiples of 16).
+// MXFP4: contiguous; a tile starts 16-byte aligned because 64 rows of 68 B are a multiple of 16).
 template <bool kBf16>
 __device__ __forceinline__ void stage_tile(std::uint8_t* dst, const std::uint8_t* rows, std::uint32_t row0,
                                            std::uint32_t nrows, std::uint32_t row_bytes) {
@@ -250,10 +238,9 @@ __device__ __forceinline__ float relu_product(float wq, float offset, int dot) {
 // Block: 4 warps; tiles of 64 key rows of one token, raw bytes double-buffered in shared memory with cp.async.
 // Warp w scores heads 32 (w % 2) .. + 31 on rows 32 (w / 2) .. + 31 of a tile. The path by storage (per tile):
 // - BF16 rows go to bf16 MMAs as they are: row check, MMA, head sums; two barriers.
-// - FP8 rows (e4m3 codes and a power-of-two f32 scale) are widened to f16 rows in shared memory for f16 MMAs,
-//   whose terms are over the row scale 2^k (applied to the head sum, as 2^fk on the int8 path); four barriers.
-// - MXFP4 rows become int8 codes at one exponent 2^fk per row for int8 MMAs; four barriers.
-enum class ScorePath { Bf16Rows, Fp8Rows, Mxfp4Codes };
+// - MXFP4 rows become int8 codes at one exponent 2^fk per row for int8 MMAs, whose terms are over 2^fk (applied
+//   to the head sum); four barriers.
+enum class ScorePath { Bf16Rows, Mxfp4Codes };
 
 template <ScorePath kPath>
 __global__ void __launch_bounds__(kScoreThreads, 4) score_kernel(ScoreParams p) {
@@ -304,9 +291,9 @@ __global__ void __launch_bounds__(kScoreThreads, 4) score_kernel(ScoreParams p) 
     }
   }
   // A fragments stay in registers. Warp w scores heads 32 (w % 2) + [0, 32) (two m-tiles of 16; 8 k-steps of 16
-  // on the 16-bit paths, 4 of 32 on the int8 path) on rows 32 (w / 2) + [0, 32) of each tile, so that each key row
+  // on the bf16 path, 4 of 32 on the int8 path) on rows 32 (w / 2) + [0, 32) of each tile, so that each key row
   // is read by two warps, not four.
-  using RowFormat = std::conditional_t<kPath == ScorePath::Bf16Rows, Bf16Bits, F16Bits>;
+  using RowFormat = Bf16Bits;  // (the query codes of the bf16 path)
   constexpr bool kIntCodes = kPath == ScorePath::Mxfp4Codes;
   constexpr int kKSteps = kIntCodes ? 4 : 8;
   constexpr unsigned kMTiles = 2;
@@ -391,45 +378,6 @@ __global__ void __launch_bounds__(kScoreThreads, 4) score_kernel(ScoreParams p) 
         flag_for_scalar_path(sm, buf, r, nrows, q_ok && ok);
       }
       mma_terms_16bit<Bf16Bits>(tree, sm.raw[buf], a, wqa, wqb, group0, lane);
-    } else if constexpr (kPath == ScorePath::Fp8Rows) {
-      // ---- widen to f16 (two threads per key row) and check; the f16 rows overwrite the tile's buffer.
-      const unsigned r = tid / 2, half = tid % 2;
-      const std::uint8_t* rr = sm.raw[buf] + r * 132;
-      std::uint32_t words[32];
-#pragma unroll
-      for (int k = 0; k < 16; ++k) {
-        const std::uint32_t wd = *reinterpret_cast<const std::uint32_t*>(rr + half * 64 + 4 * k);  // (unpredicated)
-        words[2 * k] = e4m3x2_to_half2_bits(wd);
-        words[2 * k + 1] = e4m3x2_to_half2_bits(wd >> 16);
-      }
-      const std::uint32_t scale_bits = r < nrows ? *reinterpret_cast<const std::uint32_t*>(rr + 128) : 0x3F800000u;
-      bool ok = true;
-      const int e = row_check_16bit<F16Bits>(words, ok);
-      // The scale must be a positive normal power of two 2^k: the CPU's values e4m3 * 2^k are then exact
-      // (multiples of 2^(e - 7 + k) below 2^(e + 1 + k)), its dot too (products multiples of 2^(fq + e - 7 + k),
-      // partial sums below 2^(fq + e + 15 + k)), and the MMA gives I = q.k / (2^fq 2^k). The terms
-      // fl((w 2^fq) max(I, 0)) times 2^k (on the head sum) are the CPU's bits when every term and partial sum is
-      // normal in both scales: terms lie in [2^(wq_emin + e - 7), 2^(wq_emax + e + 15)), sums of 64 below
-      // 2^(wq_emax + e + 21).
-      const int k = static_cast<int>((scale_bits >> 23) & 0xFFu) - 127;
-      ok = ok && (scale_bits & 0x807FFFFFu) == 0u && k >= -126 && k <= 127 && e - 7 + k >= -149 && e + 1 + k <= 127;
-      ok = ok && fq_min + e - 7 + k >= -149 && fq_max + e + 15 + k <= 126;
-      ok = ok && wq_emin + e - 7 + min(k, 0) >= -126 && wq_emax + e + 21 + max(k, 0) <= 127;
-      __syncthreads();  // every FP8 row is in registers: the f16 rows may overwrite the buffer
-      // (In the row check's order: half 1 writes its chunks from the fifth on, conflict-free.)
-#pragma unroll
-      for (unsigned q = 0; q < 8; ++q) {
-        const unsigned q1 = q ^ 4u;
-        const uint4 v = half == 0 ? make_uint4(words[4 * q], words[4 * q + 1], words[4 * q + 2], words[4 * q + 3])
-                                  : make_uint4(words[4 * q1], words[4 * q1 + 1], words[4 * q1 + 2], words[4 * q1 + 3]);
-        *reinterpret_cast<uint4*>(sm.raw[buf] + row16_chunk(r, 8 * half + (q ^ 4 * half))) = v;
-      }
-      if (half == 0) {
-        sm.sk[r] = q_ok && ok ? pow2f(k) : 0.0f;
-        flag_for_scalar_path(sm, buf, r, nrows, q_ok && ok);
-      }
-      __syncthreads();
-      mma_terms_16bit<F16Bits>(tree, sm.raw[buf], a, wqa, wqb, group0, lane);
     } else {
       // ---- MXFP4 decode: two threads per key row (dims [64 half, 64 half + 64)) to integer codes at one exponent.
       {
@@ -487,7 +435,7 @@ __global__ void __launch_bounds__(kScoreThreads, 4) score_kernel(ScoreParams p) 
         }
       }
       __syncthreads();
-      // ---- int8 MMA on the warp's quarter (32 heads x 32 rows, as on the 16-bit paths: each warp reads half the
+      // ---- int8 MMA on the warp's quarter (32 heads x 32 rows, as on the bf16 path: each warp reads half the
       // tile's int8 rows; a warp of 16 heads x 64 rows read all of them): two groups of 8 rows at a time, each
       // against both m-tiles, so four independent MMA chains interleave (one chain of four dependent MMAs alone
       // stalls on every MMA's latency: the H200 profile showed a NOP and a fixed-latency wait between them); dots
@@ -535,7 +483,7 @@ __global__ void __launch_bounds__(kScoreThreads, 4) score_kernel(ScoreParams p) 
     const unsigned my_row = (warp / 2) * 32 + HeadTree::row_of_lane(lane);
     if (warp % 2 == 1) sm.upper[my_row] = half_sum;
     __syncthreads();  // the upper halves are in; the flagged rows are listed (sk = 0 for them)
-    // Total = ((lower + upper) + 0) times the row's power of two sk (2^fk of MXFP4 codes, the FP8 scale; 1 for
+    // Total = ((lower + upper) + 0) times the row's power of two sk (2^fk of MXFP4 codes; 1 for
     // BF16 rows, whose terms are the CPU's own); + 0 turns a zero total into +0 as the CPU does.
     // The CPU's terms are p_h sk with p_h = fl((w_h 2^fq_h) I_h): when p_h and p_h sk are both normal (checked per
     // row), rounding commutes with the power of two, so the terms are the CPU's bits over sk. Then so is every
@@ -550,36 +498,8 @@ __global__ void __launch_bounds__(kScoreThreads, 4) score_kernel(ScoreParams p) 
         p.scores[static_cast<std::uint64_t>(token) * p.score_stride + row0 + my_row] = total;
       }
     }
-    // ---- exact scalar path for rows (or a query) off the integer grid: the CPU's own arithmetic, one warp per
-    // flagged row. Lane l holds the terms of heads l (a = 0) and l + 32 (a = 1), zero past the last head, and
-    // the CPU's tree runs on shuffles: the pairs (lanes 1 apart), the two m (16 apart), g (2, 4, 8 apart), a.
-    const int nflagged = sm.nflagged[buf];
-    for (int i = static_cast<int>(warp); i < nflagged; i += kScoreThreads / 32) {
-      const unsigned r = static_cast<unsigned>(sm.flagged[i]);
-      const std::uint8_t* row = desc.indexer_rows + static_cast<std::uint64_t>(row0 + r) * p.row_bytes;
-      // (One copy of the dot's emulation for both heads, not unrolled: it is long, and only flagged rows run it.)
-      float t0 = 0.0f, t1 = 0.0f;
-#pragma unroll 1
-      for (unsigned a = 0; a < 2; ++a) {
-        const unsigned h = lane + 32 * a;
-        float t = 0.0f;
-        if (h < p.heads) {
-          const float dot = cpu_dot128_row(qf + h * kIndexerDim, row, p.storage);
-          t = __fmul_rn(w[h], dot < 0.0f ? 0.0f : dot);
-        }
-        (a == 0 ? t0 : t1) = t;
-      }
-      constexpr unsigned kLanesApart[5] = {1, 16, 2, 4, 8};
-#pragma unroll
-      for (unsigned j = 0; j < 5; ++j) {
-        t0 = __fadd_rn(t0, __shfl_xor_sync(0xFFFFFFFFu, t0, kLanesApart[j]));
-        t1 = __fadd_rn(t1, __shfl_xor_sync(0xFFFFFFFFu, t1, kLanesApart[j]));
-      }
-      if (lane == 0) {
-        p.scores[static_cast<std::uint64_t>(token) * p.score_stride + row0 + r] = __fadd_rn(__fadd_rn(t0, t1), 0.0f);
-        if (p.fallback_rows != nullptr) atomicAdd(p.fallback_rows, 1ull);
-      }
-    }
+    // ---- exact scalar path for rows (or a query) off the integer grid.
+    score_flagged_rows(p, desc.indexer_rows, token, row0, sm.flagged, sm.nflagged[buf], warp, lane, qf, w);
     // No barrier here: the next tile's copies go to the buffer this tile's MMAs have finished reading, and
     // upper / sk / flagged are written again only after the next tile's first barrier.
     tile = next;
@@ -592,7 +512,7 @@ ScoreKernelInfo prepare_indexer_scores() {
   ScoreKernelInfo info;
   info.blocks_per_sm = 1 << 20;
   for (auto kernel :
-       {score_kernel<ScorePath::Bf16Rows>, score_kernel<ScorePath::Fp8Rows>, score_kernel<ScorePath::Mxfp4Codes>}) {
+       {score_kernel<ScorePath::Bf16Rows>, score_kernel<ScorePath::Mxfp4Codes>}) {
     int blocks = 0;
     info.error =
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(sizeof(ScoreSmem)));
@@ -600,17 +520,19 @@ ScoreKernelInfo prepare_indexer_scores() {
       info.error = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kScoreThreads, sizeof(ScoreSmem));
     }
     if (info.error != cudaSuccess) return info;
-    info.blocks_per_sm = min(info.blocks_per_sm, blocks);  // the grid suits both variants
+    info.blocks_per_sm = min(info.blocks_per_sm, blocks);  // the grid suits every variant
   }
+  const ScoreKernelInfo wg = prepare_indexer_scores_fp8_wgmma();
+  info.error = wg.error;
+  info.blocks_per_sm = min(info.blocks_per_sm, wg.blocks_per_sm);
   return info;
 }
 
 cudaError_t launch_indexer_scores(const ScoreParams& p, cudaStream_t stream) {
   if (p.count == 0 || p.blocks_per_token == 0) return cudaSuccess;
   const dim3 grid(p.blocks_per_token, p.count);
-  auto kernel = p.storage == kIdxBf16  ? score_kernel<ScorePath::Bf16Rows>
-                : p.storage == kIdxFp8 ? score_kernel<ScorePath::Fp8Rows>
-                                       : score_kernel<ScorePath::Mxfp4Codes>;
+  if (p.storage == kIdxFp8) return launch_indexer_scores_fp8_wgmma(p, stream);
+  auto kernel = p.storage == kIdxBf16 ? score_kernel<ScorePath::Bf16Rows> : score_kernel<ScorePath::Mxfp4Codes>;
   return launch_after_previous(kernel, grid, dim3(kScoreThreads), sizeof(ScoreSmem), stream, p);
 }
 

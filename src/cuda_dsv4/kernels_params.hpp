@@ -77,8 +77,11 @@ struct ScoreKernelInfo {
   cudaError_t error = cudaSuccess;
   int blocks_per_sm = 0;  // resident score blocks per multiprocessor (registers and shared memory)
 };
-ScoreKernelInfo prepare_indexer_scores();  // sets the kernel's shared-memory limit, reads its occupancy
+ScoreKernelInfo prepare_indexer_scores();  // sets the kernels' shared-memory limits, reads their occupancy
 cudaError_t launch_indexer_scores(const ScoreParams& p, cudaStream_t stream);
+// FP8 rows on warpgroup MMAs (indexer_scores_wgmma.cu); launch_indexer_scores dispatches to it.
+ScoreKernelInfo prepare_indexer_scores_fp8_wgmma();
+cudaError_t launch_indexer_scores_fp8_wgmma(const ScoreParams& p, cudaStream_t stream);
 
 // ---- top-k --------------------------------------------------------------------------------------------
 inline constexpr std::uint32_t kTopkMaxK = 2048;  // the selected keys are held in shared memory
