@@ -155,7 +155,7 @@ struct HeadTree {
   }
 };
 
-// Tensor-core terms of one warp's quarter of a tile of 16-bit rows (row16_chunk layout) into its head tree: 32 heads
+// Tensor-core terms of one warp's quarter of a tile of BF16 rows (row16_chunk layout) into its head tree: 32 heads
 // (head0 + 16 mt + 2 g, + 1: A rows g, g + 8 of the fragments a[mt]) x 32 rows (groups group0 .. group0 + 3 of
 // 8 rows), so that each warp reads half the tile's rows: a warp of 16 heads x 64 rows read every row four times
 // per tile, and those ldmatrix wavefronts were the largest share of a shared-memory pipe that ran at ~87 %
@@ -163,10 +163,9 @@ struct HeadTree {
 // ldmatrix register j of 32-dim chunk c holds dims 32 c + 8 j + 2 tig, + 1 of row 8 group + g, the B fragments of
 // k-steps 2 c (j = 0, 1) and 2 c + 1 (j = 2, 3). Terms fl((w_h 2^fq_h) max(I, 0)); rows past the tile's end hold
 // stale bytes, and their sums (each row's its own) are never stored.
-template <typename Format>
-__device__ __forceinline__ void mma_terms_16bit(HeadTree& tree, const std::uint8_t* rows,
-                                                const std::uint32_t (&a)[2][8][4], const float (&wqa)[2],
-                                                const float (&wqb)[2], unsigned group0, unsigned lane) {
+__device__ __forceinline__ void mma_terms_bf16(HeadTree& tree, const std::uint8_t* rows,
+                                               const std::uint32_t (&a)[2][8][4], const float (&wqa)[2],
+                                               const float (&wqb)[2], unsigned group0, unsigned lane) {
   constexpr unsigned kGroupsAtOnce = kScoreGroupsAtOnce;
   static_assert(kGroupsAtOnce == 2, "the head tree's first level pairs the groups of one step");
   // Lane l addresses row l % 8 of matrix l / 8, whose 16-byte chunk 4 c + l / 8 lies at (4 c + l / 8) ^ (l % 8):
@@ -174,11 +173,7 @@ __device__ __forceinline__ void mma_terms_16bit(HeadTree& tree, const std::uint8
   const unsigned x = (lane / 8) ^ (lane % 8);
   const std::uint8_t* lane_row = rows + (group0 * 8 + lane % 8) * kRow16Bytes;
   auto mma = [](float (&d)[4], const std::uint32_t (&af)[4], std::uint32_t b0, std::uint32_t b1) {
-    if constexpr (Format::kMantissa == Bf16Bits::kMantissa) {
-      mma_bf16(d, af, b0, b1);
-    } else {
-      mma_f16(d, af, b0, b1);
-    }
+    mma_bf16(d, af, b0, b1);
   };
 #pragma unroll
   for (unsigned ng0 = 0; ng0 < 4; ng0 += kGroupsAtOnce) {
@@ -377,7 +372,7 @@ __global__ void __launch_bounds__(kScoreThreads, 4) score_kernel(ScoreParams p) 
         sm.sk[r] = q_ok && ok ? 1.0f : 0.0f;
         flag_for_scalar_path(sm, buf, r, nrows, q_ok && ok);
       }
-      mma_terms_16bit<Bf16Bits>(tree, sm.raw[buf], a, wqa, wqb, group0, lane);
+      mma_terms_bf16(tree, sm.raw[buf], a, wqa, wqb, group0, lane);
     } else {
       // ---- MXFP4 decode: two threads per key row (dims [64 half, 64 half + 64)) to integer codes at one exponent.
       {
