@@ -1,6 +1,7 @@
-// Device pieces shared by the indexer's score kernels (indexer_scores.cu: mma.sync on every storage;
-// indexer_scores_wgmma.cu: warpgroup MMAs on FP8 rows): the FP8 rows' widening and tensor-core check, and the
-// exact scalar path for rows that fail it. See docs/cuda-dsv4-kernels.md for the exactness argument.
+// Device pieces of the indexer's score kernels (indexer_scores.cu: mma.sync on BF16 and MXFP4 rows;
+// indexer_scores_wgmma.cu: warpgroup MMAs on FP8 rows): the exact scalar path for rows off the tensor cores'
+// grid (both kernels), and the FP8 rows' widening and tensor-core check. See docs/cuda-dsv4-kernels.md for the
+// exactness argument.
 #pragma once
 
 #include <cuda_runtime.h>
