@@ -26,6 +26,56 @@ __device__ inline float cpu_dot128_row(const float* a, const std::uint8_t* row, 
                    __fadd_rn(__fadd_rn(s[4], s[5]), __fadd_rn(s[6], s[7])));
 }
 
+// A token's query in the workspace (written by indexer_prepare.cu) and its head weights.
+struct ScoreToken {
+  const std::int8_t* qi;  // [64 heads][128] integer codes c, the head's values c 2^fq
+  const float* qf;        // [64 heads][128] the query as floats (the scalar path's)
+  const int* fq;          // [64 heads] the codes' exponents
+  const int* qok;         // [64 heads] whether the head is on the integer grid
+  const float* w;         // [heads]
+};
+__device__ __forceinline__ ScoreToken score_token(const ScoreParams& p, unsigned token) {
+  const std::uint64_t t = token;
+  return ScoreToken{reinterpret_cast<const std::int8_t*>(p.ws + p.layout.qi) + t * kIndexerMaxHeads * kIndexerDim,
+                    reinterpret_cast<const float*>(p.ws + p.layout.qf) + t * kIndexerMaxHeads * kIndexerDim,
+                    reinterpret_cast<const int*>(p.ws + p.layout.fq) + t * kIndexerMaxHeads,
+                    reinterpret_cast<const int*>(p.ws + p.layout.info) + t * kIndexerMaxHeads, p.weights + t * p.heads};
+}
+// w_h 2^fq_h, the factor of the tensor-core paths' terms.
+__device__ __forceinline__ float weight_times_2fq(const ScoreToken& t, unsigned h) {
+  return __fmul_rn(t.w[h], pow2f(t.fq[h]));
+}
+
+// The token's checks, gathered in shared memory over its heads: reset by one thread, then (after a barrier)
+// add_head by the thread of each head.
+struct TokenChecks {
+  int q_ok;              // every head on the grid, with w_h 2^fq_h exact
+  int fq_min, fq_max;    // over the heads: the query's exponents
+  int wq_emin, wq_emax;  // over the heads with w_h 2^fq_h != 0: floor(log2 |w_h 2^fq_h|), min and max + 1
+  __device__ __forceinline__ void reset() {
+    q_ok = 1;
+    fq_min = 1 << 20;
+    fq_max = -(1 << 20);
+    wq_emin = 1 << 20;
+    wq_emax = -(1 << 20);
+  }
+  __device__ __forceinline__ void add_head(const ScoreToken& t, unsigned h) {
+    if (t.qok[h] == 0) atomicAnd(&q_ok, 0);
+    // The epilogue multiplies by w_h * 2^fq_h, which must be exact (not subnormal, not overflowed).
+    if (__fmul_rn(weight_times_2fq(t, h), pow2f(-t.fq[h])) != t.w[h]) atomicAnd(&q_ok, 0);
+    atomicMin(&fq_min, t.fq[h]);
+    atomicMax(&fq_max, t.fq[h]);
+    const float wq = weight_times_2fq(t, h);
+    if (wq != 0.0f) {
+      // floor(log2 |wq|) for a normal wq; an exactly representable subnormal one gives -127, which fails the
+      // row checks (conservative).
+      const int e = static_cast<int>((__float_as_uint(wq) >> 23) & 0xFFu) - 127;
+      atomicMin(&wq_emin, e);
+      atomicMax(&wq_emax, e + 1);
+    }
+  }
+};
+
 // The token's exponent ranges that the tensor-core paths' checks need (set in each kernel's prologue).
 struct ScoreExponents {
   int fq_min, fq_max;    // over the heads: the query's exponents 2^fq

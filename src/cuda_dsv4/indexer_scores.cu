@@ -46,8 +46,7 @@ struct ScoreSmem {
                                 // 0 marks a row of the scalar path (which writes its own score)
   int flagged[kScoreTileRows];  // rows of the tile that take the exact scalar path
   int nflagged[2];              // their count, by tile parity (reset one tile ahead; see the loop)
-  int q_ok, fq_min, fq_max;
-  int wq_emin, wq_emax;  // over the heads with w_h 2^fq_h != 0: floor(log2 |w_h 2^fq_h|), min and max + 1
+  TokenChecks checks;
 };
 
 // Copies the raw bytes of key rows [row0, row0 + nrows) into a shared buffer (BF16: chunks at row16_chunk;
@@ -253,38 +252,16 @@ __global__ void __launch_bounds__(kScoreThreads, 4) score_kernel(ScoreParams p) 
   stage_tile<kBf16>(sm.raw[0], desc.indexer_rows, tile * kScoreTileRows,
                     min(kScoreTileRows, visible - tile * kScoreTileRows), p.row_bytes);
 
-  const std::int8_t* qi = reinterpret_cast<const std::int8_t*>(p.ws + p.layout.qi) +
-                          static_cast<std::uint64_t>(token) * kIndexerMaxHeads * kIndexerDim;
-  const float* qf = reinterpret_cast<const float*>(p.ws + p.layout.qf) +
-                    static_cast<std::uint64_t>(token) * kIndexerMaxHeads * kIndexerDim;
-  const int* fq = reinterpret_cast<const int*>(p.ws + p.layout.fq) + static_cast<std::uint64_t>(token) * kIndexerMaxHeads;
-  const int* qok = reinterpret_cast<const int*>(p.ws + p.layout.info) + static_cast<std::uint64_t>(token) * kIndexerMaxHeads;
-  const float* w = p.weights + static_cast<std::uint64_t>(token) * p.heads;
+  const ScoreToken tk = score_token(p, token);
+  const std::int8_t* qi = tk.qi;
+  const float* qf = tk.qf;
+  const float* w = tk.w;
   if (tid == 0) {
-    sm.q_ok = 1;
-    sm.fq_min = 1 << 20;
-    sm.fq_max = -(1 << 20);
-    sm.wq_emin = 1 << 20;
-    sm.wq_emax = -(1 << 20);
+    sm.checks.reset();
     sm.nflagged[0] = sm.nflagged[1] = 0;
   }
   __syncthreads();
-  auto weight_times_2fq = [&](unsigned h) { return __fmul_rn(w[h], pow2f(fq[h])); };
-  if (tid < p.heads) {
-    if (qok[tid] == 0) atomicAnd(&sm.q_ok, 0);
-    // The epilogue multiplies by w_h * 2^fq_h, which must be exact (not subnormal, not overflowed).
-    if (__fmul_rn(weight_times_2fq(tid), pow2f(-fq[tid])) != w[tid]) atomicAnd(&sm.q_ok, 0);
-    atomicMin(&sm.fq_min, fq[tid]);
-    atomicMax(&sm.fq_max, fq[tid]);
-    const float wq = weight_times_2fq(tid);
-    if (wq != 0.0f) {
-      // floor(log2 |wq|) for a normal wq; an exactly representable subnormal one gives -127, which fails the
-      // row check below (conservative).
-      const int e = static_cast<int>((__float_as_uint(wq) >> 23) & 0xFFu) - 127;
-      atomicMin(&sm.wq_emin, e);
-      atomicMax(&sm.wq_emax, e + 1);
-    }
-  }
+  if (tid < p.heads) sm.checks.add_head(tk, tid);
   // A fragments stay in registers. Warp w scores heads 32 (w % 2) + [0, 32) (two m-tiles of 16; 8 k-steps of 16
   // on the bf16 path, 4 of 32 on the int8 path) on rows 32 (w / 2) + [0, 32) of each tile, so that each key row
   // is read by two warps, not four.
@@ -318,16 +295,17 @@ __global__ void __launch_bounds__(kScoreThreads, 4) score_kernel(ScoreParams p) 
       }
     }
     // w_h * 2^fq_h of the thread's heads (exact: checked above, else the whole token takes the scalar path).
-    wqa[mt] = ha < p.heads ? weight_times_2fq(ha) : 0.0f;
-    wqb[mt] = hb < p.heads ? weight_times_2fq(hb) : 0.0f;
+    wqa[mt] = ha < p.heads ? weight_times_2fq(tk, ha) : 0.0f;
+    wqb[mt] = hb < p.heads ? weight_times_2fq(tk, hb) : 0.0f;
   }
   // -wq 2^23 for relu_product (int8 path): exact unless it overflows, and then (w 2^fq above 2^104) the row checks
   // below flag every row, whose terms the scalar path writes.
   const float wqa_offset[2] = {__fmul_rn(wqa[0], -8388608.0f), __fmul_rn(wqa[1], -8388608.0f)};
   const float wqb_offset[2] = {__fmul_rn(wqb[0], -8388608.0f), __fmul_rn(wqb[1], -8388608.0f)};
   __syncthreads();
-  const bool q_ok = sm.q_ok != 0;
-  const int fq_min = sm.fq_min, fq_max = sm.fq_max, wq_emin = sm.wq_emin, wq_emax = sm.wq_emax;
+  const bool q_ok = sm.checks.q_ok != 0;
+  const int fq_min = sm.checks.fq_min, fq_max = sm.checks.fq_max, wq_emin = sm.checks.wq_emin,
+            wq_emax = sm.checks.wq_emax;
 
   for (unsigned buf = 0; tile < tiles; buf ^= 1u) {
     const std::uint32_t row0 = tile * kScoreTileRows;

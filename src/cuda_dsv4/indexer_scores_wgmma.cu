@@ -40,7 +40,7 @@ struct WgScoreSmem {
   float sk[kScoreTileRows];     // the row's scale 2^k; 0 marks a row of the scalar path
   int flagged[kScoreTileRows];  // rows of the tile that take the exact scalar path
   int nflagged[2];              // their count, by tile parity (reset one tile ahead)
-  int q_ok, fq_min, fq_max, wq_emin, wq_emax;
+  TokenChecks checks;
 };
 constexpr std::size_t kWgScoreSmemBytes = sizeof(WgScoreSmem) + 1024;  // (+ alignment of the base to 1024)
 
@@ -83,36 +83,17 @@ __global__ void __launch_bounds__(kScoreThreads, 4) score_fp8_wgmma_kernel(Score
   };
   stage(sm.raw[0], tile);
 
-  const std::int8_t* qi = reinterpret_cast<const std::int8_t*>(p.ws + p.layout.qi) +
-                          static_cast<std::uint64_t>(token) * kIndexerMaxHeads * kIndexerDim;
-  const float* qf = reinterpret_cast<const float*>(p.ws + p.layout.qf) +
-                    static_cast<std::uint64_t>(token) * kIndexerMaxHeads * kIndexerDim;
-  const int* fq = reinterpret_cast<const int*>(p.ws + p.layout.fq) + static_cast<std::uint64_t>(token) * kIndexerMaxHeads;
-  const int* qok = reinterpret_cast<const int*>(p.ws + p.layout.info) + static_cast<std::uint64_t>(token) * kIndexerMaxHeads;
-  const float* w = p.weights + static_cast<std::uint64_t>(token) * p.heads;
+  const ScoreToken tk = score_token(p, token);
+  const std::int8_t* qi = tk.qi;
+  const float* qf = tk.qf;
+  const float* w = tk.w;
   float* out = p.scores + static_cast<std::uint64_t>(token) * p.score_stride;
   if (tid == 0) {
-    sm.q_ok = 1;
-    sm.fq_min = 1 << 20;
-    sm.fq_max = -(1 << 20);
-    sm.wq_emin = 1 << 20;
-    sm.wq_emax = -(1 << 20);
+    sm.checks.reset();
     sm.nflagged[0] = sm.nflagged[1] = 0;
   }
   __syncthreads();
-  auto weight_times_2fq = [&](unsigned h) { return __fmul_rn(w[h], pow2f(fq[h])); };
-  if (tid < p.heads) {  // (as in indexer_scores.cu: the token's checks and exponent ranges)
-    if (qok[tid] == 0) atomicAnd(&sm.q_ok, 0);
-    if (__fmul_rn(weight_times_2fq(tid), pow2f(-fq[tid])) != w[tid]) atomicAnd(&sm.q_ok, 0);
-    atomicMin(&sm.fq_min, fq[tid]);
-    atomicMax(&sm.fq_max, fq[tid]);
-    const float wq = weight_times_2fq(tid);
-    if (wq != 0.0f) {
-      const int e = static_cast<int>((__float_as_uint(wq) >> 23) & 0xFFu) - 127;
-      atomicMin(&sm.wq_emin, e);
-      atomicMax(&sm.wq_emax, e + 1);
-    }
-  }
+  if (tid < p.heads) sm.checks.add_head(tk, tid);
   // The query's A operand: thread t writes dims [64 half, 64 half + 64) of A row t / 2 (half = t % 2), the
   // codes as f16 (zero for heads past the last), its 16-byte chunks in the order q ^ 4 half (the two halves of a
   // row then hit different bank groups).
@@ -134,13 +115,13 @@ __global__ void __launch_bounds__(kScoreThreads, 4) score_fp8_wgmma_kernel(Score
   }
   // This thread's accumulator rows 16 w + l / 4 (b = 0) and + 8 (b = 1): heads ha and ha + 1.
   const unsigned ha = a_row_head(16 * warp + lane / 4);
-  const float wqa = ha < p.heads ? weight_times_2fq(ha) : 0.0f;
-  const float wqb = ha + 1 < p.heads ? weight_times_2fq(ha + 1) : 0.0f;
+  const float wqa = ha < p.heads ? weight_times_2fq(tk, ha) : 0.0f;
+  const float wqb = ha + 1 < p.heads ? weight_times_2fq(tk, ha + 1) : 0.0f;
   const GmmaDesc desc_a = sw128_descriptor(sm.a, 16, 1024);
   const GmmaDesc desc_b = sw128_descriptor(sm.b, 16, 1024);
   __syncthreads();
-  const bool q_ok = sm.q_ok != 0;
-  const ScoreExponents x{sm.fq_min, sm.fq_max, sm.wq_emin, sm.wq_emax};
+  const bool q_ok = sm.checks.q_ok != 0;
+  const ScoreExponents x{sm.checks.fq_min, sm.checks.fq_max, sm.checks.wq_emin, sm.checks.wq_emax};
 
   for (unsigned buf = 0; tile < tiles; buf ^= 1u) {
     const std::uint32_t row0 = tile * kScoreTileRows;
