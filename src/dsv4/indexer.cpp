@@ -59,7 +59,8 @@ void indexer_topk_f64(std::span<std::int32_t> out, std::span<const double> score
 namespace {
 
 // Terms fl(w_h max(q_h . k, 0)) (zero past the last head), summed per block of 64 heads by head_block_sum
-// (indexer_head_sum.hpp) and the blocks in order; the final + 0 makes a zero total +0 whatever the signs of zero terms (the GPU's can differ).
+// (indexer_head_sum.hpp) and the blocks in order; the final + 0 makes a zero total +0 whatever the signs of the
+// zero terms (the GPU's can differ).
 float score_row(const float* q, const float* w, const float* key, std::size_t heads, std::size_t dim) {
   constexpr std::size_t kBlock = 64;
   float total = 0.0f;
