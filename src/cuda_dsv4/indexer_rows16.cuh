@@ -33,14 +33,16 @@ struct F16Bits {
 // nonzero magnitude by 16-bit integer max / min (non-negative bit patterns order as their values; NaN and infinity
 // lie above every finite one), the latter on magnitude + 0x7FFF, which sends 0 to the top (0x7FFF as a signed
 // 16-bit lane) and carries into no other lane (magnitudes are below 0x8000); and one three-input OR per two words,
-// masked to the low mantissa bits once at the end. The partner lane (lane ^ 1) holds the row's other half.
+// masked to the low mantissa bits once at the end. The row is spread over kLanes lanes (2: lane ^ 1 holds its other
+// half; 4: the lanes ^ 1, ^ 2 and ^ 3 hold the rest), kWords words each.
 // Returns E (0 for an all-zero row); clears ok when the row fails.
-template <typename Format>
-__device__ __forceinline__ int row_check_16bit(const std::uint32_t (&words)[32], bool& ok) {
+template <typename Format, int kLanes = 2, int kWords>
+__device__ __forceinline__ int row_check_16bit(const std::uint32_t (&words)[kWords], bool& ok) {
+  static_assert(kWords % 4 == 0 && (kLanes == 2 || kLanes == 4), "two accumulators of word pairs; 2 or 4 lanes");
   constexpr std::uint32_t kLow = (1u << (Format::kMantissa - 1)) - 1u, kLowMask = kLow | (kLow << 16);
   std::uint32_t largest[2] = {0u, 0u}, smallest[2] = {0x7FFF7FFFu, 0x7FFF7FFFu}, any_bits = 0u;
 #pragma unroll
-  for (int k = 0; k < 32; k += 2) {
+  for (int k = 0; k < kWords; k += 2) {
     const std::uint32_t m0 = words[k] & 0x7FFF7FFFu, m1 = words[k + 1] & 0x7FFF7FFFu;
     largest[k / 2 % 2] = __vimax3_s16x2(m0, m1, largest[k / 2 % 2]);
     smallest[k / 2 % 2] = __vimin3_s16x2(m0 + 0x7FFF7FFFu, m1 + 0x7FFF7FFFu, smallest[k / 2 % 2]);
@@ -52,9 +54,12 @@ __device__ __forceinline__ int row_check_16bit(const std::uint32_t (&words)[32],
   int amax = max(static_cast<int>(l2 & 0xFFFFu), static_cast<int>(l2 >> 16));
   int smin = min(static_cast<int>(static_cast<std::int16_t>(s2 & 0xFFFFu)),
                  static_cast<int>(static_cast<std::int16_t>(s2 >> 16)));
-  amax = max(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, 1));
-  smin = min(smin, __shfl_xor_sync(0xFFFFFFFFu, smin, 1));
-  low_bits |= __shfl_xor_sync(0xFFFFFFFFu, low_bits, 1);
+#pragma unroll
+  for (int apart = 1; apart < kLanes; apart *= 2) {
+    amax = max(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, apart));
+    smin = min(smin, __shfl_xor_sync(0xFFFFFFFFu, smin, apart));
+    low_bits |= __shfl_xor_sync(0xFFFFFFFFu, low_bits, apart);
+  }
   if (amax == 0) return 0;  // all zeros: exact at any exponent
   constexpr int kExpAll = (0x7FFF >> Format::kMantissa);  // exponent field of infinity and NaN
   const int ex = amax >> Format::kMantissa;                // biased exponent; 0: subnormal

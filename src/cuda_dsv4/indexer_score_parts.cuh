@@ -1,7 +1,7 @@
 // Device pieces of the indexer's score kernels (indexer_scores.cu: mma.sync on BF16 and MXFP4 rows;
 // indexer_scores_wgmma.cu: warpgroup MMAs on FP8 rows): the exact scalar path for rows off the tensor cores'
-// grid (both kernels), and the FP8 rows' widening and tensor-core check. See docs/cuda-dsv4-kernels.md for the
-// exactness argument.
+// grid (both kernels), and the scale part of the FP8 rows' tensor-core check. See docs/cuda-dsv4-kernels.md for
+// the exactness argument.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -82,26 +82,15 @@ struct ScoreExponents {
   int wq_emin, wq_emax;  // over the heads with w_h 2^fq_h != 0: floor(log2 |w_h 2^fq_h|), min and max + 1
 };
 
-// Widens this thread's half (dims [64 half, 64 half + 64)) of an FP8 key row — rr: 128 e4m3 codes, then the f32
-// scale — to f16 words (words[2 j], words[2 j + 1]: dims 64 half + 4 j ...) and checks the row for the f16
-// tensor-core path together with its partner lane (lane ^ 1, the other half; so every lane of the warp calls
-// this). Returns the scale's exponent k; clears ok when the row must take the scalar path. (A row past the tile's
-// end, in_tile false, reads stale codes and scale 1: checked like any row, never used.)
+// The check of an FP8 key row for the f16 tensor-core path, after row_check_16bit on its widened codes (which gave
+// E = e and ok): returns the scale's exponent k and clears ok unless the scale and the exponents below allow it.
 // The scale must be a positive normal power of two 2^k: the CPU's values e4m3 * 2^k are then exact (multiples of
 // 2^(e - 7 + k) below 2^(e + 1 + k)), its dot too (products multiples of 2^(fq + e - 7 + k), partial sums below
 // 2^(fq + e + 15 + k)), and the MMA gives I = q.k / (2^fq 2^k). The terms fl((w 2^fq) max(I, 0)) times 2^k (on
 // the head sum) are the CPU's bits when every term and partial sum is normal in both scales: terms lie in
 // [2^(wq_emin + e - 7), 2^(wq_emax + e + 15)), sums of 64 below 2^(wq_emax + e + 21).
-__device__ __forceinline__ int widen_fp8_half_row(const std::uint8_t* rr, unsigned half, bool in_tile,
-                                                  const ScoreExponents& x, std::uint32_t (&words)[32], bool& ok) {
-#pragma unroll
-  for (int k = 0; k < 16; ++k) {
-    const std::uint32_t wd = *reinterpret_cast<const std::uint32_t*>(rr + half * 64 + 4 * k);  // (unpredicated)
-    words[2 * k] = e4m3x2_to_half2_bits(wd);
-    words[2 * k + 1] = e4m3x2_to_half2_bits(wd >> 16);
-  }
-  const std::uint32_t scale_bits = in_tile ? *reinterpret_cast<const std::uint32_t*>(rr + 128) : 0x3F800000u;
-  const int e = row_check_16bit<F16Bits>(words, ok);
+__device__ __forceinline__ int fp8_row_scale_check(int e, std::uint32_t scale_bits, const ScoreExponents& x,
+                                                   bool& ok) {
   const int k = static_cast<int>((scale_bits >> 23) & 0xFFu) - 127;
   ok = ok && (scale_bits & 0x807FFFFFu) == 0u && k >= -126 && k <= 127 && e - 7 + k >= -149 && e + 1 + k <= 127;
   ok = ok && x.fq_min + e - 7 + k >= -149 && x.fq_max + e + 15 + k <= 126;
@@ -109,41 +98,46 @@ __device__ __forceinline__ int widen_fp8_half_row(const std::uint8_t* rr, unsign
   return k;
 }
 
-// The exact scalar path for one tile's flagged rows (rows or a query off the integer grid: the CPU's own
-// arithmetic), one warp per row (warp w of the block's kScoreThreads / 32 takes rows w, w + 4, ...): scores
-// p.scores[token][row0 + r] for tile row r = flagged[i], i < nflagged, from the token's stored rows. Lane l holds
-// the terms of heads l (a = 0) and l + 32 (a = 1), zero past the last head, and the CPU's head tree
+// The exact scalar path for rows off the tensor cores' grid (rows or a query off the integer grid: the CPU's own
+// arithmetic), one warp per row: the score p.scores[token][row] of the token's stored row `row`. Lane l holds the
+// terms of heads l (a = 0) and l + 32 (a = 1), zero past the last head, and the CPU's head tree
 // (dsv4/indexer_head_sum.hpp) runs on shuffles: the pairs (lanes 1 apart), the two m (16 apart), g (2, 4, 8
 // apart), then a; then + 0.
+__device__ __forceinline__ void score_scalar_row(const ScoreParams& p, const std::uint8_t* token_rows, unsigned token,
+                                                 std::uint32_t row, unsigned lane, const float* qf, const float* w) {
+  const std::uint8_t* rp = token_rows + static_cast<std::uint64_t>(row) * p.row_bytes;
+  // (One copy of the dot's emulation for both heads, not unrolled: it is long, and only flagged rows run it.)
+  float t0 = 0.0f, t1 = 0.0f;
+#pragma unroll 1
+  for (unsigned a = 0; a < 2; ++a) {
+    const unsigned h = lane + 32 * a;
+    float t = 0.0f;
+    if (h < p.heads) {
+      const float dot = cpu_dot128_row(qf + h * kIndexerDim, rp, p.storage);
+      t = __fmul_rn(w[h], dot < 0.0f ? 0.0f : dot);
+    }
+    (a == 0 ? t0 : t1) = t;
+  }
+  constexpr unsigned kLanesApart[5] = {1, 16, 2, 4, 8};
+#pragma unroll
+  for (unsigned j = 0; j < 5; ++j) {
+    t0 = __fadd_rn(t0, __shfl_xor_sync(0xFFFFFFFFu, t0, kLanesApart[j]));
+    t1 = __fadd_rn(t1, __shfl_xor_sync(0xFFFFFFFFu, t1, kLanesApart[j]));
+  }
+  if (lane == 0) {
+    p.scores[static_cast<std::uint64_t>(token) * p.score_stride + row] = __fadd_rn(__fadd_rn(t0, t1), 0.0f);
+    if (p.fallback_rows != nullptr) atomicAdd(p.fallback_rows, 1ull);
+  }
+}
+
+// The scalar path for one tile's flagged rows: tile rows flagged[i], i < nflagged, the tile starting at row0;
+// warp w of the block's kScoreThreads / 32 takes entries w, w + 4, ...
 __device__ __forceinline__ void score_flagged_rows(const ScoreParams& p, const std::uint8_t* token_rows,
                                                    unsigned token, std::uint32_t row0, const int* flagged,
                                                    int nflagged, unsigned warp, unsigned lane, const float* qf,
                                                    const float* w) {
   for (int i = static_cast<int>(warp); i < nflagged; i += kScoreThreads / 32) {
-    const unsigned r = static_cast<unsigned>(flagged[i]);
-    const std::uint8_t* row = token_rows + static_cast<std::uint64_t>(row0 + r) * p.row_bytes;
-    // (One copy of the dot's emulation for both heads, not unrolled: it is long, and only flagged rows run it.)
-    float t0 = 0.0f, t1 = 0.0f;
-#pragma unroll 1
-    for (unsigned a = 0; a < 2; ++a) {
-      const unsigned h = lane + 32 * a;
-      float t = 0.0f;
-      if (h < p.heads) {
-        const float dot = cpu_dot128_row(qf + h * kIndexerDim, row, p.storage);
-        t = __fmul_rn(w[h], dot < 0.0f ? 0.0f : dot);
-      }
-      (a == 0 ? t0 : t1) = t;
-    }
-    constexpr unsigned kLanesApart[5] = {1, 16, 2, 4, 8};
-#pragma unroll
-    for (unsigned j = 0; j < 5; ++j) {
-      t0 = __fadd_rn(t0, __shfl_xor_sync(0xFFFFFFFFu, t0, kLanesApart[j]));
-      t1 = __fadd_rn(t1, __shfl_xor_sync(0xFFFFFFFFu, t1, kLanesApart[j]));
-    }
-    if (lane == 0) {
-      p.scores[static_cast<std::uint64_t>(token) * p.score_stride + row0 + r] = __fadd_rn(__fadd_rn(t0, t1), 0.0f);
-      if (p.fallback_rows != nullptr) atomicAdd(p.fallback_rows, 1ull);
-    }
+    score_scalar_row(p, token_rows, token, row0 + static_cast<std::uint32_t>(flagged[i]), lane, qf, w);
   }
 }
 

@@ -1,16 +1,21 @@
 // DeepSeek-V4 lightning indexer scores on FP8 key rows with warpgroup MMAs (wgmma, sm_90a): the same scores,
-// bit for bit, as the mma.sync kernel (indexer_scores.cu) and the CPU. A block is one warpgroup; per 64-row
-// tile it widens the e4m3 codes to f16 (exact) into an SW128 tile, and eight m64n64k16 instructions multiply the
-// query (64 heads x 128 dims, f16 integer codes, in shared memory for the whole loop) by it: the accumulators
-// hold I = q.k / (2^fq 2^k) exactly (products of at most 7 + 4 significant bits, f32 sums of at most 22 bits;
-// docs/cuda-dsv4-kernels.md). No query fragments live in registers and the tensor cores run asynchronously,
-// where the mma.sync kernel spends 64 registers on fragments and 256 MMAs plus 64 ldmatrix per tile.
+// bit for bit, as the CPU. A block is one warpgroup. The key tile is the A operand, from registers: warp w widens
+// its own 16 rows of a 64-row tile (e4m3 -> f16, exact) straight into its MMA fragments, and eight m64n64k16
+// instructions multiply them by the query (64 heads x 128 dims as f16 integer codes, the B operand, in shared
+// memory for the whole loop): the accumulators hold I = q.k / (2^fq 2^k) exactly (products of at most 7 + 4
+// significant bits, f32 sums of at most 22 bits; docs/cuda-dsv4-kernels.md). A warp stages, widens, checks and
+// scores its rows alone: no block barrier per tile, and the tile never goes back to shared memory as f16.
 //
-// The head sum is the CPU's tree (dsv4/indexer_head_sum.hpp: h = 32 a + 16 m + 2 g + b; pairs b, then m, then
-// g bit 0, 1, 2, then a). The query's A rows are ordered so that the accumulator layout serves it: thread (warp
-// w, lane l) holds A rows 16 w + l / 4 and + 8, which are heads with b = 0 and 1, m = (l / 4) / 4, g bit 0 and 1
-// = (l / 4) % 4, g bit 2 = w % 2 and a = w / 2. So b adds in the lane, m, g bit 0 and g bit 1 across the lanes
-// 16, 4 and 8 apart (a reduce-scatter: each lane ends with two key rows), g bit 2 and a across the warps.
+// Two permutations make that cheap, both applied to the query when it is written to shared memory:
+// - Dims. Thread (warp w, lane l; j = l % 4) holds A rows 16 w + l / 4 and + 8 and, per k-step s, the fragment
+//   positions 2 j, 2 j + 1, 2 j + 8, 2 j + 9; it loads them as one 32-bit word of 4 codes per row, dims
+//   32 j + 4 s .. 32 j + 4 s + 3 (so position p of k-step s is dim 32 ((p % 8) / 2) + 4 s + 2 (p / 8) + p % 2).
+//   With rows 132 bytes (33 words) apart, the 32 lanes' words fall in 32 different banks. The MMA's sums are
+//   exact, so the order of the dims in them does not matter.
+// - Heads. The accumulator gives thread (w, l) columns 8 i + 2 j + c (i < 8, c < 2) of its two rows. Column n
+//   holds head column_head(n) = 32 a + 16 m + 2 g + b with b = c, i = 4 m + 2 g1 + g0, j = 2 a + g2
+//   (g = 4 g2 + 2 g1 + g0), so the CPU's head tree (dsv4/indexer_head_sum.hpp: pairs b, then m, then g bit 0, 1,
+//   2, then a) runs in the thread for b, m, g0 and g1, and across the lanes 1 and 2 apart for g2 and a.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -27,38 +32,25 @@ namespace kvcompact::cuda::dsv4::detail {
 
 namespace {
 
-constexpr unsigned kFp8RowBytes = 132;                                    // 128 e4m3 codes + the f32 scale
-constexpr unsigned kSw128Bytes = kScoreTileRows * kIndexerDim * 2;        // a 64 x 128 f16 operand (16 KB)
-constexpr unsigned kColumnBlockBytes = kScoreTileRows * 128;              // 64 dims of it (8 KB)
-static_assert(kIndexerMaxHeads == kScoreTileRows, "the query and the key tile are both 64-row operands");
+constexpr unsigned kFp8RowBytes = 132;                              // 128 e4m3 codes + the f32 scale
+constexpr unsigned kWarpRows = 16;                                  // a warp's key rows: its A rows
+constexpr unsigned kQueryBytes = kIndexerMaxHeads * kIndexerDim * 2;  // the query as a 64 x 128 f16 operand (16 KB)
+constexpr unsigned kColumnBlockBytes = kIndexerMaxHeads * 128;        // 64 dims of it (8 KB)
+static_assert(kScoreThreads == 4 * 32 && kScoreTileRows == 4 * kWarpRows, "one warpgroup; 16 rows per warp");
+static_assert(kIndexerMaxHeads == 64, "the query is one n64 operand");
 
 struct WgScoreSmem {
-  std::uint8_t a[kSw128Bytes];  // the query as f16 codes, A row R = head a_row_head(R) (1024-byte aligned)
-  std::uint8_t b[kSw128Bytes];  // the tile's key rows widened to f16, N = key rows, K = dims
-  std::uint8_t raw[2][kScoreTileRows * kFp8RowBytes];  // FP8 tiles as stored, double-buffered (cp.async)
-  float partial[4][kScoreTileRows];  // [warp][key row]: the row's sum over the warp's 16 heads
-  float sk[kScoreTileRows];     // the row's scale 2^k; 0 marks a row of the scalar path
-  int flagged[kScoreTileRows];  // rows of the tile that take the exact scalar path
-  int nflagged[2];              // their count, by tile parity (reset one tile ahead)
+  std::uint8_t q[kQueryBytes];  // B: row n = head column_head(n), K = dims in the permuted order (1024-byte aligned)
+  std::uint8_t raw[2][kScoreTileRows * kFp8RowBytes];  // FP8 tiles as stored, double-buffered (cp.async), by warp
   TokenChecks checks;
 };
 constexpr std::size_t kWgScoreSmemBytes = sizeof(WgScoreSmem) + 1024;  // (+ alignment of the base to 1024)
 
-// The head of A row R (see the file comment): w = R / 16, b = (R / 8) % 2, l / 4 = R % 8.
-__device__ __forceinline__ unsigned a_row_head(unsigned r) {
-  const unsigned w = r / 16, b = (r / 8) % 2, gl = r % 8;
-  return 32 * (w / 2) + 16 * (gl / 4) + 2 * (4 * (w % 2) + gl % 4) + b;
-}
-
-// One level of the reduce-scatter: of the 2n values v[0 .. 2n) (lower half v[0 .. n), upper v[n .. 2n)), the
-// lane keeps the half selected by `upper` and adds the partner's (lane ^ apart) same half.
-template <int N>
-__device__ __forceinline__ void reduce_half(const float* v, float* out, bool upper, unsigned apart) {
-#pragma unroll
-  for (int j = 0; j < N; ++j) {
-    const float keep = upper ? v[j + N] : v[j], send = upper ? v[j] : v[j + N];
-    out[j] = __fadd_rn(keep, __shfl_xor_sync(0xFFFFFFFFu, send, apart));
-  }
+// The head of B row (accumulator column) n: see the file comment.
+__device__ __forceinline__ unsigned column_head(unsigned n) {
+  const unsigned i = n / 8, j = (n / 2) % 4, b = n % 2;
+  const unsigned m = i / 4, g = 4 * (j % 2) + i % 4, a = j / 2;
+  return 32 * a + 16 * m + 2 * g + b;
 }
 
 __global__ void __launch_bounds__(kScoreThreads, 4) score_fp8_wgmma_kernel(ScoreParams p) {
@@ -71,54 +63,62 @@ __global__ void __launch_bounds__(kScoreThreads, 4) score_fp8_wgmma_kernel(Score
   const std::uint32_t visible = static_cast<std::uint32_t>((desc.position + 1) / 4);
   const std::uint32_t tiles = (visible + kScoreTileRows - 1) / kScoreTileRows;
   if (blockIdx.x >= tiles) return;
-  const unsigned tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const unsigned tid = threadIdx.x, warp = tid / 32, lane = tid % 32, j = lane % 4;
   std::uint32_t tile = blockIdx.x;
+  // Warp w copies rows [16 w, 16 w + 16) of tile t (those before the token's end) into dst.
   auto stage = [&](std::uint8_t* dst, std::uint32_t t) {
-    const std::uint32_t rows = min(kScoreTileRows, visible - t * kScoreTileRows);
-    const std::uint8_t* src = desc.indexer_rows + static_cast<std::uint64_t>(t) * kScoreTileRows * kFp8RowBytes;
+    const std::uint32_t first = t * kScoreTileRows + kWarpRows * warp;
+    const std::uint32_t rows = first < visible ? min(kWarpRows, visible - first) : 0u;
+    const std::uint8_t* src = desc.indexer_rows + static_cast<std::uint64_t>(first) * kFp8RowBytes;
+    std::uint8_t* d = dst + kWarpRows * warp * kFp8RowBytes;
     const unsigned bytes = rows * kFp8RowBytes, n16 = bytes / 16;
-    for (unsigned c = tid; c < n16; c += kScoreThreads) cp_async16(dst + c * 16, src + c * 16);
-    for (unsigned c = n16 * 4 + tid; c < bytes / 4; c += kScoreThreads) cp_async4(dst + c * 4, src + c * 4);
+    for (unsigned c = lane; c < n16; c += 32) cp_async16(d + c * 16, src + c * 16);
+    for (unsigned c = n16 * 4 + lane; c < bytes / 4; c += 32) cp_async4(d + c * 4, src + c * 4);
     cp_async_commit();
   };
   stage(sm.raw[0], tile);
 
   const ScoreToken tk = score_token(p, token);
-  const std::int8_t* qi = tk.qi;
-  const float* qf = tk.qf;
-  const float* w = tk.w;
   float* out = p.scores + static_cast<std::uint64_t>(token) * p.score_stride;
-  if (tid == 0) {
-    sm.checks.reset();
-    sm.nflagged[0] = sm.nflagged[1] = 0;
-  }
+  if (tid == 0) sm.checks.reset();
   __syncthreads();
   if (tid < p.heads) sm.checks.add_head(tk, tid);
-  // The query's A operand: thread t writes dims [64 half, 64 half + 64) of A row t / 2 (half = t % 2), the
-  // codes as f16 (zero for heads past the last), its 16-byte chunks in the order q ^ 4 half (the two halves of a
-  // row then hit different bank groups).
+  // The query's B operand: thread t writes K positions [64 half, 64 half + 64) of row n = t / 2 (half = t % 2).
+  // Its 16-byte chunk q holds positions 64 half + 8 q .. + 7, i.e. dims 32 e + 16 half + 2 q, + 1 for e < 4: the
+  // 16-bit pair q of the query's 16-byte chunks at dims 32 e + 16 half. Zero for heads past the last.
   {
-    const unsigned r = tid / 2, half = tid % 2, h = a_row_head(r);
+    const unsigned n = tid / 2, half = tid % 2, h = column_head(n);
+    uint4 chunk[4] = {};
+    if (h < p.heads) {
+#pragma unroll
+      for (unsigned e = 0; e < 4; ++e) {
+        chunk[e] = *reinterpret_cast<const uint4*>(tk.qi + h * kIndexerDim + 32 * e + 16 * half);
+      }
+    }
 #pragma unroll
     for (unsigned q = 0; q < 8; ++q) {
-      const unsigned dim = 64 * half + 8 * (q ^ (4 * half));
-      std::uint32_t v[4] = {0u, 0u, 0u, 0u};
-      if (h < p.heads) {
+      std::uint32_t v[4];
 #pragma unroll
-        for (unsigned j = 0; j < 4; ++j) {
-          v[j] = codes_to_16bit_pair<F16Bits>(
-              static_cast<std::uint32_t>(*reinterpret_cast<const std::uint16_t*>(qi + h * kIndexerDim + dim + 2 * j)));
-        }
+      for (unsigned e = 0; e < 4; ++e) {
+        const std::uint32_t word = (&chunk[e].x)[q / 2];
+        v[e] = codes_to_16bit_pair<F16Bits>(q % 2 == 0 ? word & 0xFFFFu : word >> 16);
       }
-      *reinterpret_cast<uint4*>(sm.a + sw128_offset(r, dim, kScoreTileRows)) = make_uint4(v[0], v[1], v[2], v[3]);
+      *reinterpret_cast<uint4*>(sm.q + sw128_offset(n, 64 * half + 8 * q, kIndexerMaxHeads)) =
+          make_uint4(v[0], v[1], v[2], v[3]);
     }
   }
-  // This thread's accumulator rows 16 w + l / 4 (b = 0) and + 8 (b = 1): heads ha and ha + 1.
-  const unsigned ha = a_row_head(16 * warp + lane / 4);
-  const float wqa = ha < p.heads ? weight_times_2fq(tk, ha) : 0.0f;
-  const float wqb = ha + 1 < p.heads ? weight_times_2fq(tk, ha + 1) : 0.0f;
-  const GmmaDesc desc_a = sw128_descriptor(sm.a, 16, 1024);
-  const GmmaDesc desc_b = sw128_descriptor(sm.b, 16, 1024);
+  // w_h 2^fq_h of this thread's accumulator columns 8 i + 2 j + c.
+  float wq[8][2];
+#pragma unroll
+  for (unsigned i = 0; i < 8; ++i) {
+#pragma unroll
+    for (unsigned c = 0; c < 2; ++c) {
+      const unsigned h = column_head(8 * i + 2 * j + c);
+      wq[i][c] = h < p.heads ? weight_times_2fq(tk, h) : 0.0f;
+    }
+  }
+  const GmmaDesc desc_q = sw128_descriptor(sm.q, 16, 1024);
+  fence_shared_for_async();
   __syncthreads();
   const bool q_ok = sm.checks.q_ok != 0;
   const ScoreExponents x{sm.checks.fq_min, sm.checks.fq_max, sm.checks.wq_emin, sm.checks.wq_emax};
@@ -127,80 +127,80 @@ __global__ void __launch_bounds__(kScoreThreads, 4) score_fp8_wgmma_kernel(Score
     const std::uint32_t row0 = tile * kScoreTileRows;
     const std::uint32_t nrows = min(kScoreTileRows, visible - row0);
     const std::uint32_t next = tile + gridDim.x;
+    // (raw[buf ^ 1] was last read by this warp in the previous tile, before its closing __syncwarp.)
     if (next < tiles) {
       stage(sm.raw[buf ^ 1u], next);
       cp_async_wait<1>();
     } else {
       cp_async_wait<0>();
     }
-    // The tile's raw rows are in; the previous tile is done (its MMAs read b, its finish read partial / sk).
-    __syncthreads();
-    if (tid == 0) sm.nflagged[buf ^ 1u] = 0;
-    // ---- widen to f16 (two threads per key row: dims [64 half, 64 half + 64) are column block `half`) and check.
-    {
-      const unsigned r = tid / 2, half = tid % 2;
-      std::uint32_t words[32];
-      bool ok = true;
-      const int k = widen_fp8_half_row(sm.raw[buf] + r * kFp8RowBytes, half, r < nrows, x, words, ok);
-      // (Chunk q ^ 4 half at step q; the selects keep the word indices static, so words stays in registers.)
+    __syncwarp();  // the warp's rows of this tile are in
+    // ---- widen: row r0 = 16 w + l / 4 gives a[s][0] (dims 32 j + 4 s, + 1) and a[s][2] (+ 2, + 3); row r0 + 8
+    // gives a[s][1] and a[s][3]. k0 / k1 and ok0 / ok1: the rows' scale exponents and tensor-path checks.
+    const unsigned r0 = kWarpRows * warp + lane / 4;
+    const std::uint8_t* raw0 = sm.raw[buf] + r0 * kFp8RowBytes;
+    const std::uint8_t* raw1 = raw0 + 8 * kFp8RowBytes;
+    std::uint32_t a[8][4];
+    std::uint32_t words0[16], words1[16];
 #pragma unroll
-      for (unsigned q = 0; q < 8; ++q) {
-        const unsigned q1 = q ^ 4u;
-        const uint4 v = half == 0 ? make_uint4(words[4 * q], words[4 * q + 1], words[4 * q + 2], words[4 * q + 3])
-                                  : make_uint4(words[4 * q1], words[4 * q1 + 1], words[4 * q1 + 2], words[4 * q1 + 3]);
-        *reinterpret_cast<uint4*>(sm.b + sw128_offset(r, 64 * half + 8 * (q ^ (4 * half)), kScoreTileRows)) = v;
-      }
-      if (half == 0) {
-        const bool tensor_path = q_ok && ok;
-        sm.sk[r] = tensor_path ? pow2f(k) : 0.0f;
-        if (r < nrows && !tensor_path) sm.flagged[atomicAdd(&sm.nflagged[buf], 1)] = static_cast<int>(r);
-      }
+    for (unsigned s = 0; s < 8; ++s) {
+      const std::uint32_t c0 = *reinterpret_cast<const std::uint32_t*>(raw0 + 32 * j + 4 * s);
+      const std::uint32_t c1 = *reinterpret_cast<const std::uint32_t*>(raw1 + 32 * j + 4 * s);
+      a[s][0] = words0[2 * s] = e4m3x2_to_half2_bits(c0);
+      a[s][2] = words0[2 * s + 1] = e4m3x2_to_half2_bits(c0 >> 16);
+      a[s][1] = words1[2 * s] = e4m3x2_to_half2_bits(c1);
+      a[s][3] = words1[2 * s + 1] = e4m3x2_to_half2_bits(c1 >> 16);
     }
-    fence_shared_for_async();
-    __syncthreads();  // the f16 tile is in
-    // ---- I = Q K^T: 64 heads x 64 key rows, k-step s = dims 16 s .. 16 s + 15.
+    // (A row past the tile's end reads stale codes and scale 1: checked like any row, never used.)
+    const std::uint32_t scale0 = r0 < nrows ? *reinterpret_cast<const std::uint32_t*>(raw0 + 128) : 0x3F800000u;
+    const std::uint32_t scale1 = r0 + 8 < nrows ? *reinterpret_cast<const std::uint32_t*>(raw1 + 128) : 0x3F800000u;
+    bool ok0 = q_ok, ok1 = q_ok;
+    const int k0 = fp8_row_scale_check(row_check_16bit<F16Bits, 4>(words0, ok0), scale0, x, ok0);
+    const int k1 = fp8_row_scale_check(row_check_16bit<F16Bits, 4>(words1, ok1), scale1, x, ok1);
+    // ---- I = K Q^T: the warpgroup's 64 key rows x 64 head columns, k-step s = K positions 16 s .. 16 s + 15.
     float d[32];
     wgmma_fence();
 #pragma unroll
-    for (unsigned ks = 0; ks < kIndexerDim / 16; ++ks) {
-      const unsigned col = (ks / 4) * kColumnBlockBytes + (ks % 4) * 32;
-      wgmma_m64n64k16_ss<0>(d, desc_a.at(col), desc_b.at(col), ks > 0);
+    for (unsigned s = 0; s < kIndexerDim / 16; ++s) {
+      wgmma_m64n64k16_rs<0>(d, a[s], desc_q.at((s / 4) * kColumnBlockBytes + (s % 4) * 32), s > 0);
     }
     wgmma_commit();
     wgmma_wait<0>();
-    // ---- terms fl((w_h 2^fq_h) max(I, 0)) and the head tree. u[2 i + c]: key row 8 i + 2 tig + c, the pair b
-    // (heads ha, ha + 1) added in the lane.
-    float u[16];
+    // ---- terms fl((w_h 2^fq_h) max(I, 0)) and the head tree: pairs b in t[i] (columns 8 i + 2 j, + 1), then m
+    // (i, i + 4), g0 (i, i + 1), g1 (i, i + 2) in the thread, g2 and a across the lanes.
+    float total[2];
 #pragma unroll
-    for (unsigned i = 0; i < 8; ++i) {
+    for (unsigned row = 0; row < 2; ++row) {
+      float t[8];
 #pragma unroll
-      for (unsigned c = 0; c < 2; ++c) {
-        u[2 * i + c] = __fadd_rn(__fmul_rn(wqa, fmaxf(d[4 * i + c], 0.0f)), __fmul_rn(wqb, fmaxf(d[4 * i + 2 + c], 0.0f)));
+      for (unsigned i = 0; i < 8; ++i) {
+        t[i] = __fadd_rn(__fmul_rn(wq[i][0], fmaxf(d[4 * i + 2 * row], 0.0f)),
+                         __fmul_rn(wq[i][1], fmaxf(d[4 * i + 2 * row + 1], 0.0f)));
       }
+      const float m0 = __fadd_rn(t[0], t[4]), m1 = __fadd_rn(t[1], t[5]), m2 = __fadd_rn(t[2], t[6]),
+                  m3 = __fadd_rn(t[3], t[7]);
+      float v = __fadd_rn(__fadd_rn(m0, m1), __fadd_rn(m2, m3));
+      v = __fadd_rn(v, __shfl_xor_sync(0xFFFFFFFFu, v, 1));
+      total[row] = __fadd_rn(v, __shfl_xor_sync(0xFFFFFFFFu, v, 2));
     }
-    // m (lanes 16 apart; the lane keeps i / 4 = lane bit 4), g bit 0 (4 apart; (i / 2) % 2 = lane bit 2), g bit 1
-    // (8 apart; i % 2 = lane bit 3): two values left, key rows 8 i + 2 tig + c with i = 4 b4 + 2 b2 + b3.
-    float u8[8], u4[4], u2[2];
-    reduce_half<8>(u, u8, (lane >> 4) & 1u, 16);
-    reduce_half<4>(u8, u4, (lane >> 2) & 1u, 4);
-    reduce_half<2>(u4, u2, (lane >> 3) & 1u, 8);
-    const unsigned i_row = 4 * ((lane >> 4) & 1u) + 2 * ((lane >> 2) & 1u) + ((lane >> 3) & 1u);
-    const unsigned n0 = 8 * i_row + 2 * (lane % 4);
-    sm.partial[warp][n0] = u2[0];
-    sm.partial[warp][n0 + 1] = u2[1];
-    __syncthreads();  // every warp's partial sums are in; the flagged rows are listed (sk = 0 for them)
-    // ---- g bit 2 (warps w, w ^ 1), then a (warp pairs), + 0, times the row's scale (exact: see indexer_scores.cu).
-    if (tid < nrows) {
-      const float sk = sm.sk[tid];
-      if (sk != 0.0f) {
-        const float total = __fadd_rn(__fadd_rn(sm.partial[0][tid], sm.partial[1][tid]),
-                                      __fadd_rn(sm.partial[2][tid], sm.partial[3][tid]));
-        out[row0 + tid] = __fmul_rn(__fadd_rn(total, 0.0f), sk);
-      }
+    // Lane j = 0 stores row r0, j = 1 row r0 + 8 (times the row's scale: exact, see indexer_scores.cu).
+    if (j < 2) {
+      const unsigned r = r0 + 8 * j;
+      const float sum = j == 0 ? total[0] : total[1];  // (selects, not an index: total stays in registers)
+      if (r < nrows && (j == 0 ? ok0 : ok1)) out[row0 + r] = __fmul_rn(__fadd_rn(sum, 0.0f), pow2f(j == 0 ? k0 : k1));
     }
-    score_flagged_rows(p, desc.indexer_rows, token, row0, sm.flagged, sm.nflagged[buf], warp, lane, qf, w);
-    // No barrier here: the next tile's copies go to the other raw buffer, and b, partial, sk and flagged are
-    // written again only after the next tile's first barrier.
+    // ---- rows off the tensor cores' grid: the warp scores them one by one on the exact scalar path.
+    std::uint32_t flagged0 = __ballot_sync(0xFFFFFFFFu, j == 0 && r0 < nrows && !ok0);
+    std::uint32_t flagged1 = __ballot_sync(0xFFFFFFFFu, j == 0 && r0 + 8 < nrows && !ok1);
+    for (; flagged0 != 0u; flagged0 &= flagged0 - 1u) {
+      const unsigned r = kWarpRows * warp + static_cast<unsigned>(__ffs(flagged0) - 1) / 4;
+      score_scalar_row(p, desc.indexer_rows, token, row0 + r, lane, tk.qf, tk.w);
+    }
+    for (; flagged1 != 0u; flagged1 &= flagged1 - 1u) {
+      const unsigned r = kWarpRows * warp + 8 + static_cast<unsigned>(__ffs(flagged1) - 1) / 4;
+      score_scalar_row(p, desc.indexer_rows, token, row0 + r, lane, tk.qf, tk.w);
+    }
+    __syncwarp();  // every lane's reads of raw[buf] are done before the next tile's copies reuse it
     tile = next;
   }
 }
