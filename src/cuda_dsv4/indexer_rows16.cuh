@@ -33,12 +33,28 @@ struct F16Bits {
 // nonzero magnitude by 16-bit integer max / min (non-negative bit patterns order as their values; NaN and infinity
 // lie above every finite one), the latter on magnitude + 0x7FFF, which sends 0 to the top (0x7FFF as a signed
 // 16-bit lane) and carries into no other lane (magnitudes are below 0x8000); and one three-input OR per two words,
-// masked to the low mantissa bits once at the end. The row is spread over kLanes lanes (2: lane ^ 1 holds its other
-// half; 4: the lanes ^ 1, ^ 2 and ^ 3 hold the rest), kWords words each.
-// Returns E (0 for an all-zero row); clears ok when the row fails.
-template <typename Format, int kLanes = 2, int kWords>
-__device__ __forceinline__ int row_check_16bit(const std::uint32_t (&words)[kWords], bool& ok) {
-  static_assert(kWords % 4 == 0 && (kLanes == 2 || kLanes == 4), "two accumulators of word pairs; 2 or 4 lanes");
+// masked to the low mantissa bits once at the end. The check runs in three steps, so that a kernel can spread a
+// row over several lanes and finish it in one: row_check_parts over a lane's words, merged across the lanes that
+// hold the row (RowCheckParts::merge, shuffled), then row_check_finish, which returns E (0 for an all-zero row)
+// and clears ok when the row fails. row_check_16bit does all three for a row split over two or four lanes.
+struct RowCheckParts {
+  int amax;                // the largest magnitude's bits
+  int smin;                // the smallest nonzero magnitude's bits - 0x8001 (0x7FFF: none)
+  std::uint32_t low_bits;  // the OR of the values' low mantissa bits
+  __device__ __forceinline__ void merge(const RowCheckParts& o) {
+    amax = max(amax, o.amax);
+    smin = min(smin, o.smin);
+    low_bits |= o.low_bits;
+  }
+  __device__ __forceinline__ RowCheckParts from_lane_xor(unsigned apart) const {
+    return RowCheckParts{__shfl_xor_sync(0xFFFFFFFFu, amax, apart), __shfl_xor_sync(0xFFFFFFFFu, smin, apart),
+                         __shfl_xor_sync(0xFFFFFFFFu, low_bits, apart)};
+  }
+};
+
+template <typename Format, int kWords>
+__device__ __forceinline__ RowCheckParts row_check_parts(const std::uint32_t (&words)[kWords]) {
+  static_assert(kWords % 4 == 0, "two accumulators of word pairs");
   constexpr std::uint32_t kLow = (1u << (Format::kMantissa - 1)) - 1u, kLowMask = kLow | (kLow << 16);
   std::uint32_t largest[2] = {0u, 0u}, smallest[2] = {0x7FFF7FFFu, 0x7FFF7FFFu}, any_bits = 0u;
 #pragma unroll
@@ -48,26 +64,35 @@ __device__ __forceinline__ int row_check_16bit(const std::uint32_t (&words)[kWor
     smallest[k / 2 % 2] = __vimin3_s16x2(m0 + 0x7FFF7FFFu, m1 + 0x7FFF7FFFu, smallest[k / 2 % 2]);
     any_bits |= words[k] | words[k + 1];  // (one three-input OR; the mask is applied once, below)
   }
-  std::uint32_t low_bits = any_bits & kLowMask;  // (the partner's bits are ORed in below)
   const std::uint32_t l2 = __vimax3_s16x2(largest[0], largest[1], largest[1]);
   const std::uint32_t s2 = __vimin3_s16x2(smallest[0], smallest[1], smallest[1]);
-  int amax = max(static_cast<int>(l2 & 0xFFFFu), static_cast<int>(l2 >> 16));
-  int smin = min(static_cast<int>(static_cast<std::int16_t>(s2 & 0xFFFFu)),
-                 static_cast<int>(static_cast<std::int16_t>(s2 >> 16)));
-#pragma unroll
-  for (int apart = 1; apart < kLanes; apart *= 2) {
-    amax = max(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, apart));
-    smin = min(smin, __shfl_xor_sync(0xFFFFFFFFu, smin, apart));
-    low_bits |= __shfl_xor_sync(0xFFFFFFFFu, low_bits, apart);
-  }
-  if (amax == 0) return 0;  // all zeros: exact at any exponent
+  return RowCheckParts{max(static_cast<int>(l2 & 0xFFFFu), static_cast<int>(l2 >> 16)),
+                       min(static_cast<int>(static_cast<std::int16_t>(s2 & 0xFFFFu)),
+                           static_cast<int>(static_cast<std::int16_t>(s2 >> 16))),
+                       any_bits & kLowMask};
+}
+
+template <typename Format>
+__device__ __forceinline__ int row_check_finish(const RowCheckParts& c, bool& ok) {
+  if (c.amax == 0) return 0;  // all zeros: exact at any exponent
   constexpr int kExpAll = (0x7FFF >> Format::kMantissa);  // exponent field of infinity and NaN
-  const int ex = amax >> Format::kMantissa;                // biased exponent; 0: subnormal
+  const int ex = c.amax >> Format::kMantissa;              // biased exponent; 0: subnormal
   const int e = ex - Format::kBias;
-  const int smallest_nonzero = smin + 0x8001;  // (smin is not 0x7FFF: some value is nonzero)
-  ok = ok && ex != 0 && ex != kExpAll && e >= Format::kMinE && e <= Format::kMaxE && low_bits == 0u &&
+  const int smallest_nonzero = c.smin + 0x8001;  // (smin is not 0x7FFF: some value is nonzero)
+  ok = ok && ex != 0 && ex != kExpAll && e >= Format::kMinE && e <= Format::kMaxE && c.low_bits == 0u &&
        smallest_nonzero >= ((e - 6 + Format::kBias) << Format::kMantissa);
   return e;
+}
+
+// The whole check of a row spread over kLanes lanes (2: lane ^ 1 holds its other half; 4: the lanes ^ 1, ^ 2 and
+// ^ 3 hold the rest), kWords words each.
+template <typename Format, int kLanes = 2, int kWords>
+__device__ __forceinline__ int row_check_16bit(const std::uint32_t (&words)[kWords], bool& ok) {
+  static_assert(kLanes == 2 || kLanes == 4, "2 or 4 lanes");
+  RowCheckParts c = row_check_parts<Format>(words);
+#pragma unroll
+  for (unsigned apart = 1; apart < kLanes; apart *= 2) c.merge(c.from_lane_xor(apart));
+  return row_check_finish<Format>(c, ok);
 }
 
 __device__ __forceinline__ void mma_bf16(float (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0,

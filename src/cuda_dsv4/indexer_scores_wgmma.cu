@@ -136,7 +136,7 @@ __global__ void __launch_bounds__(kScoreThreads, 4) score_fp8_wgmma_kernel(Score
     }
     __syncwarp();  // the warp's rows of this tile are in
     // ---- widen: row r0 = 16 w + l / 4 gives a[s][0] (dims 32 j + 4 s, + 1) and a[s][2] (+ 2, + 3); row r0 + 8
-    // gives a[s][1] and a[s][3]. k0 / k1 and ok0 / ok1: the rows' scale exponents and tensor-path checks.
+    // gives a[s][1] and a[s][3].
     const unsigned r0 = kWarpRows * warp + lane / 4;
     const std::uint8_t* raw0 = sm.raw[buf] + r0 * kFp8RowBytes;
     const std::uint8_t* raw1 = raw0 + 8 * kFp8RowBytes;
@@ -151,12 +151,27 @@ __global__ void __launch_bounds__(kScoreThreads, 4) score_fp8_wgmma_kernel(Score
       a[s][1] = words1[2 * s] = e4m3x2_to_half2_bits(c1);
       a[s][3] = words1[2 * s + 1] = e4m3x2_to_half2_bits(c1 >> 16);
     }
-    // (A row past the tile's end reads stale codes and scale 1: checked like any row, never used.)
-    const std::uint32_t scale0 = r0 < nrows ? *reinterpret_cast<const std::uint32_t*>(raw0 + 128) : 0x3F800000u;
-    const std::uint32_t scale1 = r0 + 8 < nrows ? *reinterpret_cast<const std::uint32_t*>(raw1 + 128) : 0x3F800000u;
-    bool ok0 = q_ok, ok1 = q_ok;
-    const int k0 = fp8_row_scale_check(row_check_16bit<F16Bits, 4>(words0, ok0), scale0, x, ok0);
-    const int k1 = fp8_row_scale_check(row_check_16bit<F16Bits, 4>(words1, ok1), scale1, x, ok1);
+    // ---- the tensor-path check of the lane's row r = r0 + 8 (j % 2): both rows' parts over the lane's words, a
+    // reduce-scatter over the quad (the lane ^ 1 sends the row this lane keeps, the lane ^ 2 keeps the same one),
+    // then the finishing conditions once per lane instead of twice. Lanes j = 0 and 1 own rows r0 and r0 + 8.
+    const unsigned odd = j % 2, r = r0 + 8 * odd;
+    bool ok = q_ok;
+    int k = 0;
+    {
+      const RowCheckParts c0 = row_check_parts<F16Bits>(words0), c1 = row_check_parts<F16Bits>(words1);
+      // (Field by field: a select of whole structs goes through local memory.)
+      auto pick = [](bool second, const RowCheckParts& x0, const RowCheckParts& x1) {
+        return RowCheckParts{second ? x1.amax : x0.amax, second ? x1.smin : x0.smin,
+                             second ? x1.low_bits : x0.low_bits};
+      };
+      RowCheckParts mine = pick(odd, c0, c1);
+      mine.merge(pick(!odd, c0, c1).from_lane_xor(1));
+      mine.merge(mine.from_lane_xor(2));
+      // (A row past the tile's end reads stale codes and scale 1: checked like any row, never used.)
+      const std::uint32_t scale =
+          r < nrows ? *reinterpret_cast<const std::uint32_t*>((odd ? raw1 : raw0) + 128) : 0x3F800000u;
+      k = fp8_row_scale_check(row_check_finish<F16Bits>(mine, ok), scale, x, ok);
+    }
     // ---- I = K Q^T: the warpgroup's 64 key rows x 64 head columns, k-step s = K positions 16 s .. 16 s + 15.
     float d[32];
     wgmma_fence();
@@ -167,8 +182,9 @@ __global__ void __launch_bounds__(kScoreThreads, 4) score_fp8_wgmma_kernel(Score
     wgmma_commit();
     wgmma_wait<0>();
     // ---- terms fl((w_h 2^fq_h) max(I, 0)) and the head tree: pairs b in t[i] (columns 8 i + 2 j, + 1), then m
-    // (i, i + 4), g0 (i, i + 1), g1 (i, i + 2) in the thread, g2 and a across the lanes.
-    float total[2];
+    // (i, i + 4), g0 (i, i + 1), g1 (i, i + 2) in the thread; then g2 across the lanes 1 apart as a reduce-scatter
+    // (the lane keeps its row r, the partner sends it), and a across the lanes 2 apart.
+    float v[2];
 #pragma unroll
     for (unsigned row = 0; row < 2; ++row) {
       float t[8];
@@ -179,26 +195,19 @@ __global__ void __launch_bounds__(kScoreThreads, 4) score_fp8_wgmma_kernel(Score
       }
       const float m0 = __fadd_rn(t[0], t[4]), m1 = __fadd_rn(t[1], t[5]), m2 = __fadd_rn(t[2], t[6]),
                   m3 = __fadd_rn(t[3], t[7]);
-      float v = __fadd_rn(__fadd_rn(m0, m1), __fadd_rn(m2, m3));
-      v = __fadd_rn(v, __shfl_xor_sync(0xFFFFFFFFu, v, 1));
-      total[row] = __fadd_rn(v, __shfl_xor_sync(0xFFFFFFFFu, v, 2));
+      v[row] = __fadd_rn(__fadd_rn(m0, m1), __fadd_rn(m2, m3));
     }
+    float total = __fadd_rn(odd ? v[1] : v[0], __shfl_xor_sync(0xFFFFFFFFu, odd ? v[0] : v[1], 1));
+    total = __fadd_rn(total, __shfl_xor_sync(0xFFFFFFFFu, total, 2));
     // Lane j = 0 stores row r0, j = 1 row r0 + 8 (times the row's scale: exact, see indexer_scores.cu).
-    if (j < 2) {
-      const unsigned r = r0 + 8 * j;
-      const float sum = j == 0 ? total[0] : total[1];  // (selects, not an index: total stays in registers)
-      if (r < nrows && (j == 0 ? ok0 : ok1)) out[row0 + r] = __fmul_rn(__fadd_rn(sum, 0.0f), pow2f(j == 0 ? k0 : k1));
-    }
-    // ---- rows off the tensor cores' grid: the warp scores them one by one on the exact scalar path.
-    std::uint32_t flagged0 = __ballot_sync(0xFFFFFFFFu, j == 0 && r0 < nrows && !ok0);
-    std::uint32_t flagged1 = __ballot_sync(0xFFFFFFFFu, j == 0 && r0 + 8 < nrows && !ok1);
-    for (; flagged0 != 0u; flagged0 &= flagged0 - 1u) {
-      const unsigned r = kWarpRows * warp + static_cast<unsigned>(__ffs(flagged0) - 1) / 4;
-      score_scalar_row(p, desc.indexer_rows, token, row0 + r, lane, tk.qf, tk.w);
-    }
-    for (; flagged1 != 0u; flagged1 &= flagged1 - 1u) {
-      const unsigned r = kWarpRows * warp + 8 + static_cast<unsigned>(__ffs(flagged1) - 1) / 4;
-      score_scalar_row(p, desc.indexer_rows, token, row0 + r, lane, tk.qf, tk.w);
+    if (j < 2 && r < nrows && ok) out[row0 + r] = __fmul_rn(__fadd_rn(total, 0.0f), pow2f(k));
+    // ---- rows off the tensor cores' grid: the warp scores them one by one on the exact scalar path (bit 4 q of
+    // the ballot: row 16 w + q; bit 4 q + 1: row 16 w + 8 + q).
+    for (std::uint32_t flagged = __ballot_sync(0xFFFFFFFFu, j < 2 && r < nrows && !ok); flagged != 0u;
+         flagged &= flagged - 1u) {
+      const unsigned bit = static_cast<unsigned>(__ffs(flagged) - 1);
+      score_scalar_row(p, desc.indexer_rows, token, row0 + kWarpRows * warp + bit / 4 + 8 * (bit % 4), lane, tk.qf,
+                       tk.w);
     }
     __syncwarp();  // every lane's reads of raw[buf] are done before the next tile's copies reuse it
     tile = next;
