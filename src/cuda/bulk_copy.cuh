@@ -1,6 +1,7 @@
 // Hopper bulk copies (cp.async.bulk, "TMA" without a tensor map) from global to shared memory, completed on an
-// mbarrier by byte count: the decode kernel's tile stages (tq_decode.cu) and the warp-specialised prefill
-// kernel's staging buffers (tq_prefill_wgmma.cu). One thread issues a copy; the barrier's phase completes when
+// mbarrier by byte count: the decode kernel's tile stages (tq_decode.cu), the warp-specialised prefill
+// kernel's staging buffers (tq_prefill_wgmma.cu) and the DeepSeek-V4 FP8 score kernel's per-warp rows
+// (cuda_dsv4/indexer_scores_wgmma.cu). One thread issues a copy; the barrier's phase completes when
 // its expected bytes (mbar_arrive_expect_tx) have landed.
 #pragma once
 

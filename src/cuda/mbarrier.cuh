@@ -1,5 +1,6 @@
-// Shared-memory mbarriers (sm_90) for the TurboQuant kernels: the decode kernel's bulk-copy stages
-// (tq_decode.cu) and the warp-specialised prefill kernel's tile ring (tq_prefill_wgmma.cu). A barrier completes
+// Shared-memory mbarriers (sm_90) for the TurboQuant kernels — the decode kernel's bulk-copy stages
+// (tq_decode.cu) and the warp-specialised prefill kernel's tile ring (tq_prefill_wgmma.cu) — and the DeepSeek-V4
+// FP8 score kernel's per-warp stages (cuda_dsv4/indexer_scores_wgmma.cu, through tq::detail). A barrier completes
 // a phase when its arrival count (and, with expect_tx, its byte count) is reached; wait(parity) returns once the
 // phase with that parity has completed.
 #pragma once

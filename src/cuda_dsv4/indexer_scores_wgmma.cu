@@ -21,6 +21,8 @@
 
 #include <cstdint>
 
+#include "cuda/bulk_copy.cuh"
+#include "cuda/mbarrier.cuh"
 #include "cuda/wgmma.cuh"
 #include "indexer_rows16.cuh"
 #include "indexer_score_parts.cuh"
@@ -41,7 +43,8 @@ static_assert(kIndexerMaxHeads == 64, "the query is one n64 operand");
 
 struct WgScoreSmem {
   std::uint8_t q[kQueryBytes];  // B: row n = head column_head(n), K = dims in the permuted order (1024-byte aligned)
-  std::uint8_t raw[2][kScoreTileRows * kFp8RowBytes];  // FP8 tiles as stored, double-buffered (cp.async), by warp
+  std::uint8_t raw[2][kScoreTileRows * kFp8RowBytes];  // FP8 tiles as stored, double-buffered, by warp
+  std::uint64_t ready[2][4];  // [buffer][warp]: the warp's rows of the buffer have landed (mbarrier phases)
   TokenChecks checks;
 };
 constexpr std::size_t kWgScoreSmemBytes = sizeof(WgScoreSmem) + 1024;  // (+ alignment of the base to 1024)
@@ -65,18 +68,38 @@ __global__ void __launch_bounds__(kScoreThreads, 4) score_fp8_wgmma_kernel(Score
   if (blockIdx.x >= tiles) return;
   const unsigned tid = threadIdx.x, warp = tid / 32, lane = tid % 32, j = lane % 4;
   std::uint32_t tile = blockIdx.x;
-  // Warp w copies rows [16 w, 16 w + 16) of tile t (those before the token's end) into dst.
-  auto stage = [&](std::uint8_t* dst, std::uint32_t t) {
+  // Warp w copies rows [16 w, 16 w + 16) of tile t (those before the token's end) into raw[buf] and completes
+  // the phase of ready[buf][w] when they have landed: one bulk copy by lane 0 when their bytes are a multiple of
+  // 16 (every tile but a token's last), else cp.async by the lanes, waited for at once (once per token at most).
+  namespace tqd = tq::detail;
+  auto stage = [&](unsigned buf, std::uint32_t t) {
     const std::uint32_t first = t * kScoreTileRows + kWarpRows * warp;
     const std::uint32_t rows = first < visible ? min(kWarpRows, visible - first) : 0u;
     const std::uint8_t* src = desc.indexer_rows + static_cast<std::uint64_t>(first) * kFp8RowBytes;
-    std::uint8_t* d = dst + kWarpRows * warp * kFp8RowBytes;
-    const unsigned bytes = rows * kFp8RowBytes, n16 = bytes / 16;
-    for (unsigned c = lane; c < n16; c += 32) cp_async16(d + c * 16, src + c * 16);
-    for (unsigned c = n16 * 4 + lane; c < bytes / 4; c += 32) cp_async4(d + c * 4, src + c * 4);
-    cp_async_commit();
+    std::uint8_t* dst = sm.raw[buf] + kWarpRows * warp * kFp8RowBytes;
+    std::uint64_t* bar = &sm.ready[buf][warp];
+    const unsigned bytes = rows * kFp8RowBytes;
+    if (bytes % 16 == 0) {
+      if (lane == 0) {
+        tqd::mbar_arrive_expect_tx(bar, bytes);
+        if (bytes != 0) tqd::bulk_copy(dst, src, bytes, bar);
+      }
+    } else {
+      for (unsigned c = lane; c < bytes / 16; c += 32) cp_async16(dst + c * 16, src + c * 16);
+      for (unsigned c = bytes / 16 * 4 + lane; c < bytes / 4; c += 32) cp_async4(dst + c * 4, src + c * 4);
+      cp_async_commit();
+      cp_async_wait<0>();
+      __syncwarp();
+      if (lane == 0) tqd::mbar_arrive(bar);
+    }
   };
-  stage(sm.raw[0], tile);
+  if (lane == 0) {
+    tqd::mbar_init(&sm.ready[0][warp], 1);
+    tqd::mbar_init(&sm.ready[1][warp], 1);
+    fence_shared_for_async();  // the initialised barriers, before the bulk copies complete on them
+  }
+  __syncwarp();
+  stage(0, tile);
 
   const ScoreToken tk = score_token(p, token);
   float* out = p.scores + static_cast<std::uint64_t>(token) * p.score_stride;
@@ -123,18 +146,15 @@ __global__ void __launch_bounds__(kScoreThreads, 4) score_fp8_wgmma_kernel(Score
   const bool q_ok = sm.checks.q_ok != 0;
   const ScoreExponents x{sm.checks.fq_min, sm.checks.fq_max, sm.checks.wq_emin, sm.checks.wq_emax};
 
+  std::uint32_t parities = 0;  // bit b: the parity of ready[b]'s next phase
   for (unsigned buf = 0; tile < tiles; buf ^= 1u) {
     const std::uint32_t row0 = tile * kScoreTileRows;
     const std::uint32_t nrows = min(kScoreTileRows, visible - row0);
     const std::uint32_t next = tile + gridDim.x;
     // (raw[buf ^ 1] was last read by this warp in the previous tile, before its closing __syncwarp.)
-    if (next < tiles) {
-      stage(sm.raw[buf ^ 1u], next);
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
-    __syncwarp();  // the warp's rows of this tile are in
+    if (next < tiles) stage(buf ^ 1u, next);
+    tqd::mbar_wait(&sm.ready[buf][warp], (parities >> buf) & 1u);  // the warp's rows of this tile are in
+    parities ^= 1u << buf;
     // ---- widen: row r0 = 16 w + l / 4 gives a[s][0] (dims 32 j + 4 s, + 1) and a[s][2] (+ 2, + 3); row r0 + 8
     // gives a[s][1] and a[s][3].
     const unsigned r0 = kWarpRows * warp + lane / 4;
