@@ -6,7 +6,7 @@
 # them; a side that fails them is still measured, and the script exits nonzero), then runs every case on every
 # side, alternating, ROUNDS times (run-to-run drift of the card then hits all sides alike), and prints per case
 # and side the mean step time (CUDA graph), its indexer / attention parts, and side / base. CSV of every run in
-# $OUT/dsv4_ab.csv.
+# $OUT/dsv4_ab.csv; the logs packed in $OUT/ab_logs.tgz.
 # Usage: CASES="bf16 1 1048576,bf16 8 1048576" scripts/gpu/dsv4_ab.sh [ROUNDS]   (default 2 rounds)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -62,4 +62,6 @@ for (st, b, ctx), a in acc.items():
         print(f"{st:<10} {b:>5} {ctx:>8} {s:<24} {us:9.1f} {us / base:7.3f} "
               f"{mean(a[(s, 'indexer_us')]):9.1f} {mean(a[(s, 'attention_us')]):9.1f}")
 PY
+# The per-side build, test and sanitizer logs as one file (ab_logs.tgz), beside dsv4_ab.csv.
+(cd "$OUT" && pack_out ab_logs ab_build_*.log dsv4_*_tests.log dsv4_*_memcheck.log dsv4_*_racecheck.log)
 exit "$rc"

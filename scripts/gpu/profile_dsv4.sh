@@ -2,7 +2,7 @@
 # Profile of the DeepSeek-V4 kernels of one decode case on the GPU machine: builds the DeepSeek-V4 benchmark,
 # runs the case once (times, and whether any indexer row took the scalar path), then Nsight Compute on one
 # launch of each kernel named in KERNELS (speed of light, warp stalls, occupancy, per-instruction SASS stall
-# samples as <kernel>_sass.csv.gz). Results in $OUT.
+# samples as <kernel>_sass.csv.gz), packed at the end (below).
 # Usage: scripts/gpu/profile_dsv4.sh [STORAGE BATCH CONTEXT]   (default: bf16 8 1048576)
 # Env: KERNELS (kernel-name regexes to profile in depth, default "score_kernel attention_split_kernel"; "" for
 #        none), BREAKDOWN=1 (first the time per kernel of one step; STEP_KERNELS = launches in two steps, default
@@ -10,6 +10,7 @@
 #        short kernels), TAG (suffix of the output names), BUILD, PROFILE_TIMEOUT (seconds per ncu run),
 #        LAUNCH_SKIP (launches of the kernel skipped before the profiled one, default 2: for the attention
 #        kernels of V4-Flash that is layer 2, a ratio-4 layer; 3 is layer 3, a ratio-128 one).
+# Results: $OUT/profile<TAG>.tgz (build log, breakdown CSV, ncu reports as text, SASS stall samples).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT="${OUT:-$PWD/out}"
@@ -66,3 +67,5 @@ for k in ${KERNELS-score_kernel attention_split_kernel}; do
   fi
   grep -E "Duration|Memory Throughput|DRAM Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Registers Per|Issue Slots Busy|Executed Ipc Active|Stall|Warp Cycles Per Issued|Theoretical Occupancy|Block Limit|Grid Size|Dynamic Shared" "$OUT/ncu_$k${TAG:-}.txt" | head -40
 done
+# Everything but the printed summary as one file (profile<TAG>.tgz): the device tool brings back at most 8 files.
+pack_out "profile${TAG:-}" profile_build.log "breakdown${TAG:-}.csv" $(cd "$OUT" && ls ncu_*"${TAG:-}".txt ./*"${TAG:-}"_sass.csv.gz 2>/dev/null)
