@@ -79,7 +79,8 @@ struct ScoreKernelInfo {
 };
 ScoreKernelInfo prepare_indexer_scores();  // sets the kernels' shared-memory limits, reads their occupancy
 cudaError_t launch_indexer_scores(const ScoreParams& p, cudaStream_t stream);
-// FP8 rows on warpgroup MMAs (indexer_scores_wgmma.cu); launch_indexer_scores dispatches to it.
+// FP8 rows on warpgroup MMAs, the keys as the A operand (indexer_scores_wgmma.cu); launch_indexer_scores
+// dispatches to it.
 ScoreKernelInfo prepare_indexer_scores_fp8_wgmma();
 cudaError_t launch_indexer_scores_fp8_wgmma(const ScoreParams& p, cudaStream_t stream);
 
