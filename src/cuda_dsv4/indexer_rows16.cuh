@@ -36,7 +36,7 @@ struct F16Bits {
 // masked to the low mantissa bits once at the end. The check runs in three steps, so that a kernel can spread a
 // row over several lanes and finish it in one: row_check_parts over a lane's words, merged across the lanes that
 // hold the row (RowCheckParts::merge, shuffled), then row_check_finish, which returns E (0 for an all-zero row)
-// and clears ok when the row fails. row_check_16bit does all three for a row split over two or four lanes.
+// and clears ok when the row fails. row_check_16bit does all three for a row split over two lanes.
 struct RowCheckParts {
   int amax;                // the largest magnitude's bits
   int smin;                // the smallest nonzero magnitude's bits - 0x8001 (0x7FFF: none)
@@ -84,14 +84,11 @@ __device__ __forceinline__ int row_check_finish(const RowCheckParts& c, bool& ok
   return e;
 }
 
-// The whole check of a row spread over kLanes lanes (2: lane ^ 1 holds its other half; 4: the lanes ^ 1, ^ 2 and
-// ^ 3 hold the rest), kWords words each.
-template <typename Format, int kLanes = 2, int kWords>
-__device__ __forceinline__ int row_check_16bit(const std::uint32_t (&words)[kWords], bool& ok) {
-  static_assert(kLanes == 2 || kLanes == 4, "2 or 4 lanes");
+// The whole check of a row split over two lanes: this lane's 32 words, the partner lane (lane ^ 1) the rest.
+template <typename Format>
+__device__ __forceinline__ int row_check_16bit(const std::uint32_t (&words)[32], bool& ok) {
   RowCheckParts c = row_check_parts<Format>(words);
-#pragma unroll
-  for (unsigned apart = 1; apart < kLanes; apart *= 2) c.merge(c.from_lane_xor(apart));
+  c.merge(c.from_lane_xor(1));
   return row_check_finish<Format>(c, ok);
 }
 

@@ -1,6 +1,7 @@
 // The order in which the lightning indexer sums its 64 head terms (one block of heads), private to src/dsv4
-// and shared with the tests. The GPU kernel (cuda_dsv4/indexer_scores.cu) sums in this order from its
-// tensor-core fragments, so CPU and GPU scores are the same bits without a 64-long chain of dependent adds.
+// and shared with the tests. The GPU score kernels (cuda_dsv4/indexer_scores.cu, indexer_scores_wgmma.cu) sum in
+// this order from their tensor-core accumulators, so CPU and GPU scores are the same bits without a 64-long chain
+// of dependent adds.
 #pragma once
 
 namespace kvcompact::dsv4::detail {
