@@ -133,7 +133,7 @@ __device__ __forceinline__ void decode_fp8_row_regs(std::uint8_t* tile, const Fp
     if (j < kFp8CodePieces / 4) {
       const std::uint32_t word = j / 2 < 4 ? regs.scales.x : regs.scales.y;
       const int e = static_cast<int>((word >> (8 * (j / 2 % 4))) & 0xFFu) - 127;
-      *reinterpret_cast<uint4*>(tile + sw128_offset(r, pc * 8, kRows)) = e4m3x8_scaled_to_half8(regs.piece[j], e);
+      *reinterpret_cast<uint4*>(tile + sw128_offset(r, pc * 8, kRows)) = e4m3x8_scaled_to_half8<true>(regs.piece[j], e);
     } else {
       *reinterpret_cast<uint2*>(tile + sw128_offset(r, 448 + (pc - kFp8CodePieces) * 4, kRows)) =
           make_uint2(bf16x2_to_half2(regs.piece[j].x), bf16x2_to_half2(regs.piece[j].y));

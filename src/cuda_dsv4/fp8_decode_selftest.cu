@@ -1,6 +1,7 @@
-// Device self-test of the FP8 row decode of the attention kernel: e4m3x8_scaled_to_half8 (kernels_device.cuh,
-// the function the kernel calls) against the scalar formula it replaced (e4m3x8_scaled_to_half8_scalar:
-// ldexpf(e4m3_to_f32(code), e) rounded to fp16 by pack_half2), compared bit for bit. Run by tests/cuda_dsv4/fp8_decode_test.cpp.
+// Device self-test of the FP8 row decode of the attention kernels: e4m3x8_scaled_to_half8 in both its forms
+// (kernels_device.cuh, the function the kernels call) against the scalar formula it replaced
+// (e4m3x8_scaled_to_half8_scalar: ldexpf(e4m3_to_f32(code), e) rounded to fp16 by pack_half2), compared bit for
+// bit. Run by tests/cuda_dsv4/fp8_decode_test.cpp.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -31,20 +32,24 @@ __global__ void __launch_bounds__(kSelftestThreads) fp8_decode_selftest_kernel(F
       codes.y |= code[b] << (8 * (b - 4));
     }
   }
-  const uint4 fast4 = e4m3x8_scaled_to_half8(codes, e);
   const uint4 ref4 = e4m3x8_scaled_to_half8_scalar(codes, e);  // the decode the kernel had before the fast path
-  const std::uint32_t fast[4] = {fast4.x, fast4.y, fast4.z, fast4.w};
   const std::uint32_t ref[4] = {ref4.x, ref4.y, ref4.z, ref4.w};
   auto is_nan = [](std::uint32_t h) { return (h & 0x7FFFu) > 0x7C00u; };
+  // Both forms of the fast decode (the high codes shifted down, or converted in place) against the reference.
+  const uint4 forms[2] = {e4m3x8_scaled_to_half8<false>(codes, e), e4m3x8_scaled_to_half8<true>(codes, e)};
 #pragma unroll
-  for (unsigned b = 0; b < 8; ++b) {
-    const std::uint32_t hf = (fast[b / 2] >> (16 * (b % 2))) & 0xFFFFu;
-    const std::uint32_t hr = (ref[b / 2] >> (16 * (b % 2))) & 0xFFFFu;
-    if (hf == hr) continue;
-    atomicAdd(is_nan(hf) && is_nan(hr) ? &out->nan_mismatches : &out->mismatches, 1u);
-    const unsigned long long key = static_cast<unsigned long long>(blockIdx.x) << 40 |
-                                   static_cast<unsigned long long>(code[b]) << 32 | hf << 16 | hr;
-    atomicMin(&out->first, key);
+  for (unsigned f = 0; f < 2; ++f) {
+    const std::uint32_t fast[4] = {forms[f].x, forms[f].y, forms[f].z, forms[f].w};
+#pragma unroll
+    for (unsigned b = 0; b < 8; ++b) {
+      const std::uint32_t hf = (fast[b / 2] >> (16 * (b % 2))) & 0xFFFFu;
+      const std::uint32_t hr = (ref[b / 2] >> (16 * (b % 2))) & 0xFFFFu;
+      if (hf == hr) continue;
+      atomicAdd(is_nan(hf) && is_nan(hr) ? &out->nan_mismatches : &out->mismatches, 1u);
+      const unsigned long long key = static_cast<unsigned long long>(blockIdx.x) << 40 |
+                                     static_cast<unsigned long long>(code[b]) << 32 | hf << 16 | hr;
+      atomicMin(&out->first, key);
+    }
   }
 }
 

@@ -88,13 +88,26 @@ struct ScoreExponents {
 // 2^(e - 7 + k) below 2^(e + 1 + k)), its dot too (products multiples of 2^(fq + e - 7 + k), partial sums below
 // 2^(fq + e + 15 + k)), and the MMA gives I = q.k / (2^fq 2^k). The terms fl((w 2^fq) max(I, 0)) times 2^k (on
 // the head sum) are the CPU's bits when every term and partial sum is normal in both scales: terms lie in
-// [2^(wq_emin + e - 7), 2^(wq_emax + e + 15)), sums of 64 below 2^(wq_emax + e + 21).
-__device__ __forceinline__ int fp8_row_scale_check(int e, std::uint32_t scale_bits, const ScoreExponents& x,
+// [2^(wq_emin + e - 7), 2^(wq_emax + e + 15)), sums of 64 below 2^(wq_emax + e + 21). As bounds, set once per
+// token (Fp8ScaleBounds):
+//   e - 7 + k >= -149, fq_min + e - 7 + k >= -149    <=>  e + k >= max(-142, -142 - fq_min)
+//   e + 1 + k <= 127,  fq_max + e + 15 + k <= 126    <=>  e + k <= min(126, 111 - fq_max)
+//   wq_emin + e - 7 + min(k, 0) >= -126              <=>  e + min(k, 0) >= -119 - wq_emin
+//   wq_emax + e + 21 + max(k, 0) <= 127              <=>  e + max(k, 0) <= 106 - wq_emax
+struct Fp8ScaleBounds {
+  int sum_min, sum_max;  // of e + k
+  int low_min, high_max;  // of e + min(k, 0) and e + max(k, 0)
+  __device__ __forceinline__ explicit Fp8ScaleBounds(const ScoreExponents& x)
+      : sum_min(max(-142, -142 - x.fq_min)),
+        sum_max(min(126, 111 - x.fq_max)),
+        low_min(-119 - x.wq_emin),
+        high_max(106 - x.wq_emax) {}
+};
+__device__ __forceinline__ int fp8_row_scale_check(int e, std::uint32_t scale_bits, const Fp8ScaleBounds& b,
                                                    bool& ok) {
-  const int k = static_cast<int>((scale_bits >> 23) & 0xFFu) - 127;
-  ok = ok && (scale_bits & 0x807FFFFFu) == 0u && k >= -126 && k <= 127 && e - 7 + k >= -149 && e + 1 + k <= 127;
-  ok = ok && x.fq_min + e - 7 + k >= -149 && x.fq_max + e + 15 + k <= 126;
-  ok = ok && x.wq_emin + e - 7 + min(k, 0) >= -126 && x.wq_emax + e + 21 + max(k, 0) <= 127;
+  const int field = static_cast<int>((scale_bits >> 23) & 0xFFu), k = field - 127;  // normal: field in [1, 254]
+  ok = ok && (scale_bits & 0x807FFFFFu) == 0u && field != 0 && field != 255 && e + k >= b.sum_min &&
+       e + k <= b.sum_max && e + min(k, 0) >= b.low_min && e + max(k, 0) <= b.high_max;
   return k;
 }
 

@@ -144,7 +144,7 @@ __global__ void __launch_bounds__(kScoreThreads, 4) score_fp8_wgmma_kernel(Score
   fence_shared_for_async();
   __syncthreads();
   const bool q_ok = sm.checks.q_ok != 0;
-  const ScoreExponents x{sm.checks.fq_min, sm.checks.fq_max, sm.checks.wq_emin, sm.checks.wq_emax};
+  const Fp8ScaleBounds bounds(ScoreExponents{sm.checks.fq_min, sm.checks.fq_max, sm.checks.wq_emin, sm.checks.wq_emax});
 
   std::uint32_t parities = 0;  // bit b: the parity of ready[b]'s next phase
   for (unsigned buf = 0; tile < tiles; buf ^= 1u) {
@@ -166,10 +166,10 @@ __global__ void __launch_bounds__(kScoreThreads, 4) score_fp8_wgmma_kernel(Score
     for (unsigned s = 0; s < 8; ++s) {
       const std::uint32_t c0 = *reinterpret_cast<const std::uint32_t*>(raw0 + 32 * j + 4 * s);
       const std::uint32_t c1 = *reinterpret_cast<const std::uint32_t*>(raw1 + 32 * j + 4 * s);
-      a[s][0] = words0[2 * s] = e4m3x2_to_half2_bits(c0);
-      a[s][2] = words0[2 * s + 1] = e4m3x2_to_half2_bits(c0 >> 16);
-      a[s][1] = words1[2 * s] = e4m3x2_to_half2_bits(c1);
-      a[s][3] = words1[2 * s + 1] = e4m3x2_to_half2_bits(c1 >> 16);
+      a[s][0] = words0[2 * s] = e4m3x2_half_of_word_to_half2_bits<false>(c0);
+      a[s][2] = words0[2 * s + 1] = e4m3x2_half_of_word_to_half2_bits<true>(c0);
+      a[s][1] = words1[2 * s] = e4m3x2_half_of_word_to_half2_bits<false>(c1);
+      a[s][3] = words1[2 * s + 1] = e4m3x2_half_of_word_to_half2_bits<true>(c1);
     }
     // ---- the tensor-path check of the lane's row r = r0 + 8 (j % 2): both rows' parts over the lane's words, a
     // reduce-scatter over the quad (the lane ^ 1 sends the row this lane keeps, the lane ^ 2 keeps the same one),
@@ -190,7 +190,7 @@ __global__ void __launch_bounds__(kScoreThreads, 4) score_fp8_wgmma_kernel(Score
       // (A row past the tile's end reads stale codes and scale 1: checked like any row, never used.)
       const std::uint32_t scale =
           r < nrows ? *reinterpret_cast<const std::uint32_t*>((odd ? raw1 : raw0) + 128) : 0x3F800000u;
-      k = fp8_row_scale_check(row_check_finish<F16Bits>(mine, ok), scale, x, ok);
+      k = fp8_row_scale_check(row_check_finish<F16Bits>(mine, ok), scale, bounds, ok);
     }
     // ---- I = K Q^T: the warpgroup's 64 key rows x 64 head columns, k-step s = K positions 16 s .. 16 s + 15.
     float d[32];

@@ -130,6 +130,19 @@ __device__ __forceinline__ std::uint32_t e4m3x2_to_half2_bits(std::uint32_t pair
   return h2;
 }
 
+// The same for the low or the high two codes of a 32-bit word: the conversion reads the 16-bit half in place
+// (F2FP's .H1 operand), where e4m3x2_to_half2_bits(word >> 16) spends a shift on it.
+template <bool kHigh>
+__device__ __forceinline__ std::uint32_t e4m3x2_half_of_word_to_half2_bits(std::uint32_t word) {
+  std::uint32_t h2;
+  if constexpr (kHigh) {
+    asm("{\n.reg .b16 lo, hi;\nmov.b32 {lo, hi}, %1;\ncvt.rn.f16x2.e4m3x2 %0, hi;\n}" : "=r"(h2) : "r"(word));
+  } else {
+    asm("{\n.reg .b16 lo, hi;\nmov.b32 {lo, hi}, %1;\ncvt.rn.f16x2.e4m3x2 %0, lo;\n}" : "=r"(h2) : "r"(word));
+  }
+  return h2;
+}
+
 // Eight e4m3 codes (bytes of codes.x then codes.y, low byte first) times 2^e, rounded to fp16 value by value:
 // four half2 words, code 2k in the low half of word k. The scalar reference of e4m3x8_scaled_to_half8, and its
 // path for the rare exponents outside fp16; out of line, because a kernel that inlines it at every piece it
@@ -151,17 +164,28 @@ static __device__ __noinline__ uint4 e4m3x8_scaled_to_half8_scalar(uint2 codes, 
 // they agree on subnormal results, on underflow to zero (its sign the product's), on overflow to inf
 // (|x * 2^e| >= 65520) and on -0 (-0 * 2^e = -0). The NaN codes 0x7F / 0xFF give NaN both ways; the bit
 // pattern of that NaN is the hardware's, and the device self-test (fp8_decode_selftest.cu) checks it too.
+// kHalvesInPlace: convert each word's high two codes in place (e4m3x2_half_of_word_to_half2_bits) instead of
+// after a shift; the same bits. (The warpgroup attention kernel uses it: 56 shifts fewer in its SASS; in the
+// mma.sync attention kernel ptxas then unrolls the decode differently and the kernel grows, so it keeps the shift.)
+template <bool kHalvesInPlace = false>
 __device__ __forceinline__ uint4 e4m3x8_scaled_to_half8(uint2 codes, int e) {
   if (e >= -24 && e <= 15) {
     const std::uint32_t p = e >= -14 ? static_cast<std::uint32_t>(e + 15) << 10 : 1u << (e + 24);
     const std::uint32_t p2 = p * 0x10001u;  // 2^e in both halves
     const __half2 s = *reinterpret_cast<const __half2*>(&p2);
-    auto scaled = [&](std::uint32_t pair) {
-      const std::uint32_t h = e4m3x2_to_half2_bits(pair);
+    auto scaled = [&](std::uint32_t h) {
       const __half2 r = __hmul2_rn(*reinterpret_cast<const __half2*>(&h), s);
       return *reinterpret_cast<const std::uint32_t*>(&r);
     };
-    return make_uint4(scaled(codes.x), scaled(codes.x >> 16), scaled(codes.y), scaled(codes.y >> 16));
+    if constexpr (kHalvesInPlace) {
+      return make_uint4(scaled(e4m3x2_half_of_word_to_half2_bits<false>(codes.x)),
+                        scaled(e4m3x2_half_of_word_to_half2_bits<true>(codes.x)),
+                        scaled(e4m3x2_half_of_word_to_half2_bits<false>(codes.y)),
+                        scaled(e4m3x2_half_of_word_to_half2_bits<true>(codes.y)));
+    } else {
+      return make_uint4(scaled(e4m3x2_to_half2_bits(codes.x)), scaled(e4m3x2_to_half2_bits(codes.x >> 16)),
+                        scaled(e4m3x2_to_half2_bits(codes.y)), scaled(e4m3x2_to_half2_bits(codes.y >> 16)));
+    }
   }
   // 2^e outside fp16 (blocks with amax below ~2^-16, and all-zero blocks, which carry e = -127).
   return e4m3x8_scaled_to_half8_scalar(codes, e);
