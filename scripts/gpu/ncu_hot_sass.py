@@ -6,25 +6,16 @@ Prints the header it found (so a changed ncu column name shows at once), then th
 instructions by all stall samples, each with its share of the kernel's samples, its not-issued samples and,
 where ncu gives them, the largest stall reasons of that instruction.
 """
-import csv
+import os
 import sys
 
-
-def number(text):
-    try:
-        return float(text.replace(",", ""))
-    except ValueError:
-        return 0.0
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ncu_sass_csv import number, read  # noqa: E402
 
 
 def main():
     top = int(sys.argv[1]) if len(sys.argv) > 1 else 40
-    rows = [row for row in csv.reader(sys.stdin) if row]
-    header_at = next((i for i, row in enumerate(rows) if "Source" in row), None)
-    if header_at is None:
-        sys.exit("no 'Source' column in the ncu output")
-    header = rows[header_at]
-    body = [row for row in rows[header_at + 1:] if len(row) == len(header)]
+    header, body = read()
     print("columns:", ", ".join(header))
     samples = next((header.index(c) for c in header if c.startswith("Warp Stall Sampling (All")), None)
     not_issued = next((header.index(c) for c in header if c.startswith("Warp Stall Sampling (Not")), None)

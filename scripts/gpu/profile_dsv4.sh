@@ -10,7 +10,8 @@
 #        short kernels), TAG (suffix of the output names), BUILD, PROFILE_TIMEOUT (seconds per ncu run),
 #        LAUNCH_SKIP (launches of the kernel skipped before the profiled one, default 2: for the attention
 #        kernels of V4-Flash that is layer 2, a ratio-4 layer; 3 is layer 3, a ratio-128 one).
-# Results: $OUT/profile<TAG>.tgz (build log, breakdown CSV, ncu reports as text, SASS stall samples).
+# Results: $OUT/profile<TAG>.tgz (build log, breakdown CSV, ncu reports as text, SASS stall samples; read the
+#          latter with scripts/gpu/ncu_hot_sass.py and scripts/gpu/ncu_sass_summary.py).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT="${OUT:-$PWD/out}"
