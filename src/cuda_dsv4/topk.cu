@@ -33,7 +33,9 @@ namespace cg = cooperative_groups;
 
 constexpr unsigned kThreads = 1024;
 constexpr unsigned kBins = 2048;      // the widest digit: 11 bits
-constexpr unsigned kInFlight = 16;    // score loads a thread issues before using them
+constexpr unsigned kInFlight = 16;    // score loads a thread issues before using them (the hot passes)
+constexpr unsigned kColdInFlight = 4; // the same on the passes that run only when the list overflows: every
+                                      // site is inlined and unrolled, so fewer keep the kernel's code small
 constexpr unsigned kListCap = 8192;   // keys a block keeps in shared memory after the first digit
 
 using BlockScan = cub::BlockScan<std::uint32_t, kThreads>;
@@ -71,18 +73,18 @@ __device__ std::uint32_t token_rows(const TopkParams& p, std::uint32_t token) {
 }
 
 // Calls f(valid, index, order key) for the rows [begin, end) of this block, row begin + tid + j * kThreads on
-// trip j; warp-uniform trip count (so f may use warp collectives), kInFlight loads issued before the first use.
-template <class F>
+// trip j; warp-uniform trip count (so f may use warp collectives), InFlight loads issued before the first use.
+template <unsigned InFlight = kInFlight, class F>
 __device__ __forceinline__ void for_each_row(const float* sc, std::uint32_t begin, std::uint32_t end, F&& f) {
-  for (std::uint32_t i0 = begin; i0 < end; i0 += kThreads * kInFlight) {
-    float v[kInFlight];
+  for (std::uint32_t i0 = begin; i0 < end; i0 += kThreads * InFlight) {
+    float v[InFlight];
 #pragma unroll
-    for (unsigned j = 0; j < kInFlight; ++j) {
+    for (unsigned j = 0; j < InFlight; ++j) {
       const std::uint32_t i = i0 + j * kThreads + threadIdx.x;
       v[j] = i < end ? __ldg(sc + i) : 0.0f;
     }
 #pragma unroll
-    for (unsigned j = 0; j < kInFlight; ++j) {
+    for (unsigned j = 0; j < InFlight; ++j) {
       const std::uint32_t i = i0 + j * kThreads + threadIdx.x;
       f(i < end, i, order_key(v[j]));
     }
@@ -156,7 +158,8 @@ __global__ void __launch_bounds__(kThreads, 1) topk_kernel(TopkParams p) {
     sm.chosen_count = 0;
     sm.list_count = 0;
   }
-  // This block's keys: from the list once it holds them, else from the scores.
+  // This block's keys: from the list once it holds them, else from the scores (the later digits and the
+  // selection; the list holds the keys unless it overflowed, or the first digit's bin was taken whole).
   bool listed = false;
   auto for_each_key = [&](auto&& f) {
     if (listed) {
@@ -166,7 +169,8 @@ __global__ void __launch_bounds__(kThreads, 1) topk_kernel(TopkParams p) {
         f(j < m, j < m ? sm.list[j] : 0ull);
       }
     } else {
-      for_each_row(sc, begin, end, [&](bool valid, std::uint32_t i, std::uint32_t u) { f(valid, composite(u, i)); });
+      for_each_row<kColdInFlight>(sc, begin, end,
+                                  [&](bool valid, std::uint32_t i, std::uint32_t u) { f(valid, composite(u, i)); });
     }
   };
 
@@ -182,7 +186,10 @@ __global__ void __launch_bounds__(kThreads, 1) topk_kernel(TopkParams p) {
     shift -= bits;
     std::uint32_t* hist = sm.hist[digit & 1u];
     for (unsigned b = tid; b < kBins; b += kThreads) hist[b] = 0;
-    if (digit == 1) {
+    if (digit == 0) {
+      __syncthreads();
+      for_each_row(sc, begin, end, [&](bool valid, std::uint32_t, std::uint32_t u) { count_warp(valid, u >> 21, hist); });
+    } else if (digit == 1) {
       // Keep the keys at or above the first digit's boundary bin if this block's share of them fits.
       const std::uint32_t b0 = static_cast<std::uint32_t>(prefix);
       const unsigned t0 = kBins - 1 - 2 * tid, t1 = kBins - 2 - 2 * tid;
@@ -202,7 +209,7 @@ __global__ void __launch_bounds__(kThreads, 1) topk_kernel(TopkParams p) {
       const std::uint64_t match = prefix;
       const unsigned high = shift + bits;
       for_each_key([&](bool valid, std::uint64_t key) {
-        const bool counted = valid && (digit == 0 || (key >> high) == match);
+        const bool counted = valid && (key >> high) == match;
         count_warp(counted, static_cast<std::uint32_t>(key >> shift) & ((1u << bits) - 1u), hist);
       });
     }
