@@ -20,6 +20,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 #include <cub/block/block_scan.cuh>
 
 #include "kernels_params.hpp"
@@ -37,6 +38,7 @@ constexpr unsigned kInFlight = 16;    // score loads a thread issues before usin
 constexpr unsigned kColdInFlight = 4; // the same on the passes that run only when the list overflows: every
                                       // site is inlined and unrolled, so fewer keep the kernel's code small
 constexpr unsigned kListCap = 8192;   // keys a block keeps in shared memory after the first digit
+constexpr unsigned kStageCap = 16384; // order keys a block stages in shared memory during the first digit
 
 using BlockScan = cub::BlockScan<std::uint32_t, kThreads>;
 
@@ -46,6 +48,7 @@ struct TopkSmem {
   std::uint64_t list[kListCap];     // this block's keys at or above the first digit's boundary bin
   std::uint64_t chosen[kTopkMaxK];  // leader block: the selected keys, unordered (every block appends)
   std::uint64_t keys[kTopkMaxK];    // every block: a copy of the leader's chosen keys, for ranking
+  std::uint32_t staged[kStageCap];  // the order key of row begin + j at j, when the block's share fits
   BlockScan::TempStorage scan;
   std::uint32_t list_count;    // keys in list
   std::uint32_t chosen_count;  // leader block: slots taken in chosen
@@ -158,7 +161,25 @@ __global__ void __launch_bounds__(kThreads, 1) topk_kernel(TopkParams p) {
     sm.chosen_count = 0;
     sm.list_count = 0;
   }
-  // This block's keys: from the list once it holds them, else from the scores (the later digits and the
+  // This block's rows as f(valid, index, order key): from the keys the first digit staged in shared memory
+  // when they fit (a short loop: shared memory's latency needs no deep unrolling), else from the scores.
+  const bool stage = end - begin <= kStageCap;
+  bool staged = false;
+  auto for_each_row_key = [&](auto in_flight, auto&& f) {
+    if (staged) {
+      const std::uint32_t m = end - begin;
+#pragma unroll 2
+      for (std::uint32_t j0 = 0; j0 < m; j0 += kThreads) {
+        const std::uint32_t j = j0 + tid;
+        f(j < m, begin + j, j < m ? sm.staged[j] : 0u);
+      }
+    } else {
+      for_each_row<decltype(in_flight)::value>(sc, begin, end, f);
+    }
+  };
+  using Hot = std::integral_constant<unsigned, kInFlight>;
+  using Cold = std::integral_constant<unsigned, kColdInFlight>;
+  // This block's keys: from the list once it holds them, else from its rows (the later digits and the
   // selection; the list holds the keys unless it overflowed, or the first digit's bin was taken whole).
   bool listed = false;
   auto for_each_key = [&](auto&& f) {
@@ -169,8 +190,7 @@ __global__ void __launch_bounds__(kThreads, 1) topk_kernel(TopkParams p) {
         f(j < m, j < m ? sm.list[j] : 0ull);
       }
     } else {
-      for_each_row<kColdInFlight>(sc, begin, end,
-                                  [&](bool valid, std::uint32_t i, std::uint32_t u) { f(valid, composite(u, i)); });
+      for_each_row_key(Cold{}, [&](bool valid, std::uint32_t i, std::uint32_t u) { f(valid, composite(u, i)); });
     }
   };
 
@@ -188,7 +208,11 @@ __global__ void __launch_bounds__(kThreads, 1) topk_kernel(TopkParams p) {
     for (unsigned b = tid; b < kBins; b += kThreads) hist[b] = 0;
     if (digit == 0) {
       __syncthreads();
-      for_each_row(sc, begin, end, [&](bool valid, std::uint32_t, std::uint32_t u) { count_warp(valid, u >> 21, hist); });
+      for_each_row(sc, begin, end, [&](bool valid, std::uint32_t i, std::uint32_t u) {
+        count_warp(valid, u >> 21, hist);
+        if (stage && valid) sm.staged[i - begin] = u;
+      });
+      staged = stage;
     } else if (digit == 1) {
       // Keep the keys at or above the first digit's boundary bin if this block's share of them fits.
       const std::uint32_t b0 = static_cast<std::uint32_t>(prefix);
@@ -198,7 +222,7 @@ __global__ void __launch_bounds__(kThreads, 1) topk_kernel(TopkParams p) {
       BlockScan(sm.scan).ExclusiveSum(mine, ignored, at_or_above);
       const bool fill = at_or_above <= kListCap;
       __syncthreads();
-      for_each_row(sc, begin, end, [&](bool valid, std::uint32_t i, std::uint32_t u) {
+      for_each_row_key(Hot{}, [&](bool valid, std::uint32_t i, std::uint32_t u) {
         const std::uint32_t top = u >> 21;
         count_warp(valid && top == b0, (u >> 10) & (kBins - 1), hist);
         if (fill) append_warp(valid && top >= b0, composite(u, i), &sm.list_count, sm.list);
