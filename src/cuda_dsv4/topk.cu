@@ -8,10 +8,15 @@
 //      keys and adds its nonzero bins into every block's copy of the cluster's histogram (one cluster
 //      barrier per digit), then finds the bin that holds the k-th largest key;
 //      it stops as soon as that bin is taken whole (the index digits only run when scores tie at the bound).
-//      The first two digits read the scores from global memory (L2: the score kernel has just written them);
-//      while reading them the second time a block keeps the keys at or above the first digit's boundary bin
-//      in shared memory (if they fit, which they do unless most scores share their leading 11 bits), and the
-//      later digits and the selection scan only those.
+//      The first digit reads the scores from global memory (L2: the score kernel has just written them) and,
+//      when the block's share fits (16384 rows: batch 1 at 1M context, batch 8 up to 512K), stages their order
+//      keys in shared memory for the second digit; otherwise that one reads the scores again. While passing
+//      over them the second time a block keeps the keys at or above the first digit's boundary bin in shared
+//      memory (if they fit, which they do unless most scores share their leading 11 bits), and the later
+//      digits and the selection scan only those.
+//   Code size matters here: every pass is inlined and unrolled, and a version whose code had grown by half
+//   (staging with a second 16-deep loop form) ran 1-3 % slower per decode step even where it did not stage, so
+//   the passes that only run when the list overflows keep 4 loads in flight (cuda-dsv4-kernels.md, round 16).
 //   2. Every block sends its selected keys to the leader block; every block then copies the k keys and writes
 //      the final position of its share of them (position = number of larger keys).
 // (Replaces a two-kernel version — per-chunk candidates, then one block per token for the final select and a
