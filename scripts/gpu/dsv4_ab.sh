@@ -6,7 +6,9 @@
 # them; a side that fails them is still measured, and the script exits nonzero), then runs every case on every
 # side, alternating, ROUNDS times (run-to-run drift of the card then hits all sides alike), and prints per case
 # and side the mean step time (CUDA graph), its indexer / attention parts, and side / base. CSV of every run in
-# $OUT/dsv4_ab.csv; the logs packed in $OUT/ab_logs.tgz.
+# $OUT/dsv4_ab.csv; the logs packed in $OUT/ab_logs.tgz. TEST_SIDES="new other-side" limits the tests and
+# sanitizers to the sides named (default: every side but base): a side measured only to explain a result then
+# costs no device time for them — and cannot be landed on this run's word.
 # Usage: CASES="bf16 1 1048576,bf16 8 1048576" scripts/gpu/dsv4_ab.sh [ROUNDS]   (default 2 rounds)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -21,7 +23,11 @@ rc=0
 if [ "${TESTS:-1}" = 1 ]; then
   ab_build "$BENCH_TARGET $TESTS_TARGET" "$BENCH_TARGET" "$BENCH_TARGET $TESTS_TARGET"
   for s in "${SIDES[@]}"; do
-    [ "$s" = base ] && continue
+    if [ -n "${TEST_SIDES+set}" ]; then
+      [[ " $TEST_SIDES " == *" $s "* ]] || { echo "side $s: tests and sanitizers skipped (TEST_SIDES)"; continue; }
+    else
+      [ "$s" = base ] && continue
+    fi
     ab_check "dsv4_$s" '*' '*Small*' '^\[dsv4-kernels\] indexer' 300 "${DIR[$s]}/build-gpu/tests/cuda_dsv4/$TESTS_TARGET"
     [ "$rc" != 0 ] || rc=$CHECK_RC
   done
