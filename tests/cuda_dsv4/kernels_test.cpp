@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "kvcompact/core/dtypes.hpp"
 #include "kvcompact/cuda/dsv4_kernels.hpp"
 #include "kvcompact/cuda/runtime.hpp"
 #include "kvcompact/dsv4/attention.hpp"
@@ -478,6 +479,8 @@ struct AttnCase {
   std::uint32_t topk = 512;
   bool with_sink = true;
   float q_scale = 1.0f;
+  bool q_bf16 = false;     // the query rounded to bf16 values (the model's activations)
+  float row_growth = 0.0f;  // compressed row g at 1 + g * row_growth times the model's scale
   std::uint32_t check_every = 1;  // the float64 oracle checks tokens i % check_every == 0 and the last
 };
 
@@ -489,9 +492,10 @@ struct SeqRows {
 };
 
 std::vector<float> model_attention_row(std::mt19937_64& rng, kd::RowStorage storage, std::vector<std::uint8_t>& bytes,
-                                       std::size_t at) {
+                                       std::size_t at, float scale = 1.0f) {
   std::vector<float> row = normal(rng, 512);
   kd::simulate_main_row(row.data());
+  for (float& x : row) x *= scale;
   const std::size_t rb = kd::attention_row_bytes(storage);
   std::span<std::uint8_t> dst(bytes.data() + at * rb, rb);
   EXPECT_TRUE(kd::encode_attention_row(row, storage, dst).ok());
@@ -530,7 +534,10 @@ void run_attention_case(const AttnCase& c) {
     }
     const std::size_t ncomp = c.ratio == 0 ? 0 : kd::visible_compressed_rows(c.ratio, last);
     s.comp_bytes.assign(std::max<std::size_t>(ncomp, 1) * rb, 0);
-    for (std::size_t g = 0; g < ncomp; ++g) s.compressed.push_back(model_attention_row(rng, c.storage, s.comp_bytes, g));
+    for (std::size_t g = 0; g < ncomp; ++g) {
+      const float scale = 1.0f + static_cast<float>(g) * c.row_growth;
+      s.compressed.push_back(model_attention_row(rng, c.storage, s.comp_bytes, g, scale));
+    }
     bufs.push_back(upload(s.ring_bytes));
     const void* ring = bufs.back().data();
     bufs.push_back(upload(s.chunk_bytes));
@@ -561,6 +568,9 @@ void run_attention_case(const AttnCase& c) {
         max_rows, static_cast<std::uint32_t>(kd::attention_row_count(c.ratio, c.positions[i], c.topk)));
   }
   std::vector<float> q = normal(rng, std::size_t{count} * H * 512, c.q_scale);
+  if (c.q_bf16) {
+    for (float& x : q) x = kvcompact::bf16_to_f32(kvcompact::f32_to_bf16(x));
+  }
   std::vector<float> sink = normal(rng, H, 1.0f);
   const kd::RopeFrequencies freqs = kd::make_rope_frequencies(kd::rope_config_for_ratio(c.ratio));
 
@@ -972,6 +982,34 @@ TEST(CudaDsv4Kernels, AttentionMatchesOracle) {
   c.q_scale = 4.0f;
   c.positions = {3000, 64};
   run_attention_case(c);
+}
+
+// Far above the model's scale: compressed rows growing along the row list (up to 9.5x at ratio 128, 36x at ratio
+// 4) and q at 4x, so that rows of large norm compete with logits of tens to hundreds. With the query in bf16 (the
+// model's activations), fp16 holds it exactly and the scores are exact up to f32 accumulation, so the bound holds
+// at any such scale. (An f32 query is rounded to fp16, 11 significant bits: at these scales that moves the
+// softmax weights by a few per cent, 3.6e-3 to 1.6e-2 of max|out| when measured on 2026-12-02; the limit is
+// documented in docs/cuda-dsv4-kernels.md, "Sparse attention", and not asserted here.)
+TEST(CudaDsv4Kernels, AttentionMatchesOracleFarAboveModelScaleWithBf16Queries) {
+  SKIP_WITHOUT_GPU();
+  for (auto st : {kd::RowStorage::Bf16, kd::RowStorage::Fp8}) {
+    for (std::uint32_t heads : {64u, 128u}) {
+      AttnCase c;
+      c.storage = st;
+      c.heads = heads;
+      c.q_scale = 4.0f;
+      c.q_bf16 = true;
+      c.row_growth = 1.0f / 64.0f;
+      c.name = "csa-rising-bf16q";
+      c.ratio = 4;
+      c.positions = {9000, 2047};
+      run_attention_case(c);
+      c.name = "hca-rising-bf16q";
+      c.ratio = 128;
+      c.positions = {70000, 1000};
+      run_attention_case(c);
+    }
+  }
 }
 
 TEST(CudaDsv4Kernels, AttentionPrefillChunk) {
