@@ -26,6 +26,7 @@ struct EncodeParams {
   std::uint64_t key_codes_offset, key_signs_offset, key_norms_offset, key_residual_norms_offset;
   std::uint64_t value_codes_offset, value_norms_offset, window_keys_offset, window_values_offset;
   std::uint32_t key_code_bits, value_bits;  // code bits per coordinate (config), for the launcher
+  std::uint32_t has_qjl, norm_correction;  // the mode's family (config): the fast kernel's instance holds its tails only
   std::uint32_t key_code_bytes, sign_bytes, value_code_bytes;
   std::uint32_t head_dim, kv_heads, capacity, window;
   std::uint32_t seq, position, rows;

@@ -29,6 +29,8 @@ inline EncodeParams make_encode_params(const LayerLayout& layout, const DeviceCo
   p.window_values_offset = layout.window_values_offset;
   p.key_code_bits = codec.config().key_code_bits();
   p.value_bits = codec.config().value_bits;
+  p.has_qjl = codec.config().has_qjl() ? 1u : 0u;
+  p.norm_correction = codec.config().norm_correction ? 1u : 0u;
   p.key_code_bytes = layout.token.key_codes;
   p.sign_bytes = layout.token.key_signs;
   p.value_code_bytes = layout.token.value_codes;

@@ -539,16 +539,24 @@ __device__ __forceinline__ void fast_tail(float (&y)[32], const TailArgs& a) {
   }
 }
 
-template <unsigned D>
-__device__ __forceinline__ void fast_tail_dispatch(float (&y)[32], const TailArgs& a, unsigned cb, bool nc, bool qjl) {
-  if (qjl) {
-    switch (cb) {
-      case 1: fast_tail<D, 1, false, true>(y, a); break;
-      case 2: fast_tail<D, 2, false, true>(y, a); break;
-      case 3: fast_tail<D, 3, false, true>(y, a); break;
-      default: fast_tail<D, 4, false, true>(y, a); break;
+// The tails of one mode family (NC: norm correction; QJL: prod keys): keys take the QJL tail in a QJL family,
+// values (and the keys of the others) the norm-corrected or the plain one. A family's kernel instantiates only
+// these, 4 or 8 tails instead of all 12, so that the code it runs lies closer together (cuda-encode.md, "Code
+// size").
+template <unsigned D, bool NC, bool QJL>
+__device__ __forceinline__ void fast_tail_dispatch(float (&y)[32], const TailArgs& a, unsigned cb, bool key) {
+  if constexpr (QJL) {
+    if (key) {
+      switch (cb) {
+        case 1: fast_tail<D, 1, false, true>(y, a); break;
+        case 2: fast_tail<D, 2, false, true>(y, a); break;
+        case 3: fast_tail<D, 3, false, true>(y, a); break;
+        default: fast_tail<D, 4, false, true>(y, a); break;
+      }
+      return;
     }
-  } else if (nc) {
+  }
+  if constexpr (NC) {
     switch (cb) {
       case 2: fast_tail<D, 2, true, false>(y, a); break;
       case 3: fast_tail<D, 3, true, false>(y, a); break;
@@ -565,7 +573,7 @@ __device__ __forceinline__ void fast_tail_dispatch(float (&y)[32], const TailArg
   }
 }
 
-template <unsigned D, unsigned DT>
+template <unsigned D, unsigned DT, bool NC, bool QJL>
 __global__ void __launch_bounds__(kEncodeFastWarps * 32, 2) encode_fast_kernel(EncodeParams p) {
   using F = Fast<D>;
   __shared__ FastTables tab;
@@ -587,10 +595,8 @@ __global__ void __launch_bounds__(kEncodeFastWarps * 32, 2) encode_fast_kernel(E
   // Code words: a kind that reads its code entries (norm correction; QJL keys) gets their shared address as
   // the base, the others 0 (their fields then need no correction).
   // (Scalars, not an array indexed by kind: that would live in local memory.)
-  const std::uint32_t key_word_base =
-      gt.norm_correction != 0 || gt.has_qjl != 0 ? static_cast<std::uint32_t>(__cvta_generic_to_shared(tab.c2[0])) : 0u;
-  const std::uint32_t value_word_base =
-      gt.norm_correction != 0 ? static_cast<std::uint32_t>(__cvta_generic_to_shared(tab.c2[1])) : 0u;
+  const std::uint32_t key_word_base = NC || QJL ? static_cast<std::uint32_t>(__cvta_generic_to_shared(tab.c2[0])) : 0u;
+  const std::uint32_t value_word_base = NC ? static_cast<std::uint32_t>(__cvta_generic_to_shared(tab.c2[1])) : 0u;
   for (unsigned i = threadIdx.x; i < 2 * kMaxCellEntries; i += blockDim.x) {
     const unsigned kind = i / kMaxCellEntries;
     CellEntry e = (kind ? gt.value_quantiser : gt.key_quantiser).cells[i % kMaxCellEntries];
@@ -629,7 +635,6 @@ __global__ void __launch_bounds__(kEncodeFastWarps * 32, 2) encode_fast_kernel(E
   const float scale = gt.block_scale[0];
   const float sign_threshold = gt.qjl_sign_threshold;
   const std::uint32_t key_bits = gt.key_code_bits, value_bits = gt.value_bits;
-  const bool has_qjl = gt.has_qjl != 0, norm_correction = gt.norm_correction != 0;
   __syncthreads();
 
   const std::uint32_t H = p.kv_heads;
@@ -772,37 +777,47 @@ __global__ void __launch_bounds__(kEncodeFastWarps * 32, 2) encode_fast_kernel(E
     a.kind = kind;
     a.good = good;
     a.valid = valid;
-    fast_tail_dispatch<D>(y, a, kind ? value_bits : key_bits, norm_correction, kind == 0 && has_qjl);
+    fast_tail_dispatch<D, NC, QJL>(y, a, kind ? value_bits : key_bits, kind == 0);
   }
   asm volatile("cp.async.wait_group 0;\n" ::: "memory");
 }
 
-template <unsigned D, unsigned DT>
+template <unsigned D, unsigned DT, bool NC, bool QJL>
 cudaError_t launch_fast(const EncodeParams& p, std::uint32_t total, cudaStream_t stream) {
   int device = 0, sms = 0, per_sm = 0;
   cudaError_t err = cudaGetDevice(&device);
   if (err == cudaSuccess) err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
   if (err == cudaSuccess) {
-    err = cudaFuncSetAttribute(encode_fast_kernel<D, DT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    err = cudaFuncSetAttribute(encode_fast_kernel<D, DT, NC, QJL>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                static_cast<int>(fast_ring_bytes<DT>()));
   }
   if (err == cudaSuccess) {
-    err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, encode_fast_kernel<D, DT>, kEncodeFastWarps * 32,
+    err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, encode_fast_kernel<D, DT, NC, QJL>, kEncodeFastWarps * 32,
                                                         fast_ring_bytes<DT>());
   }
   if (err != cudaSuccess) return err;
   const std::uint32_t wanted = (total + kEncodeFastWarps - 1) / kEncodeFastWarps;
   const std::uint32_t resident = static_cast<std::uint32_t>(sms > 0 ? sms : 1) * static_cast<std::uint32_t>(per_sm > 0 ? per_sm : 1);
   const std::uint32_t blocks = wanted < resident ? wanted : resident;
-  encode_fast_kernel<D, DT><<<blocks, kEncodeFastWarps * 32, fast_ring_bytes<DT>(), stream>>>(p);
+  encode_fast_kernel<D, DT, NC, QJL><<<blocks, kEncodeFastWarps * 32, fast_ring_bytes<DT>(), stream>>>(p);
   return cudaGetLastError();
+}
+
+template <unsigned D, unsigned DT>
+cudaError_t launch_fast_family(const EncodeParams& p, std::uint32_t total, cudaStream_t stream) {
+  if (p.has_qjl != 0) {
+    return p.norm_correction != 0 ? launch_fast<D, DT, true, true>(p, total, stream)
+                                  : launch_fast<D, DT, false, true>(p, total, stream);
+  }
+  return p.norm_correction != 0 ? launch_fast<D, DT, true, false>(p, total, stream)
+                                : launch_fast<D, DT, false, false>(p, total, stream);
 }
 
 template <unsigned D>
 cudaError_t launch_fast_dtype(const EncodeParams& p, std::uint32_t total, cudaStream_t stream) {
-  if (p.dtype == 0) return launch_fast<D, 0>(p, total, stream);
-  if (p.dtype == 1) return launch_fast<D, 1>(p, total, stream);
-  return launch_fast<D, 2>(p, total, stream);
+  if (p.dtype == 0) return launch_fast_family<D, 0>(p, total, stream);
+  if (p.dtype == 1) return launch_fast_family<D, 1>(p, total, stream);
+  return launch_fast_family<D, 2>(p, total, stream);
 }
 
 std::uint64_t fast_steps(const EncodeParams& p) {
