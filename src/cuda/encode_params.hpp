@@ -37,6 +37,11 @@ struct EncodeParams {
 enum class EncodePath : std::uint32_t { General = 0, Fast = 1 };
 EncodePath encode_path(const EncodeParams& p);
 
+// Lets the fast kernels of a head_dim and mode family (has_qjl, norm_correction), every input dtype, use their
+// shared-memory ring (more than the default dynamic limit). DeviceCodec::create calls it once per codec, so
+// appends make no attribute call (the launcher also remembers each kernel's resident blocks per device).
+cudaError_t prepare_encode(std::uint32_t head_dim, bool has_qjl, bool norm_correction);
+
 // Picks the fast kernel when encode_path says so, the general one otherwise; sizes the grid itself.
 // `force_general` runs the general kernel whatever the shape (the encode benchmark compares the two).
 cudaError_t launch_encode(const EncodeParams& p, cudaStream_t stream, bool force_general = false);

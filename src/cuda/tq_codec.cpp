@@ -83,6 +83,7 @@ Result<DeviceCodec> DeviceCodec::create(const LayerCodec& codec) {
   DeviceCodec out;
   KVC_ASSIGN_OR_RETURN(out.buffer_, DeviceBuffer::allocate(sizeof(Tables)));
   KVC_TRY(out.buffer_.upload(&t, sizeof(Tables)));
+  KVC_CUDA_TRY(detail::prepare_encode(d, cfg.has_qjl(), cfg.norm_correction));
   out.head_dim_ = d;
   out.config_ = cfg;
   return Result<DeviceCodec>(std::move(out));

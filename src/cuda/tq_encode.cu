@@ -10,6 +10,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <atomic>
 #include <cstddef>
 #include <utility>
 
@@ -782,22 +783,47 @@ __global__ void __launch_bounds__(kEncodeFastWarps * 32, 2) encode_fast_kernel(E
   asm volatile("cp.async.wait_group 0;\n" ::: "memory");
 }
 
+// Every instance needs more dynamic shared memory than a kernel gets without opting in (48 KB less its static
+// shared memory; the 16-bit inputs' ring alone is 48 KB). prepare_encode opts the codec's instances in once per
+// codec: the attribute belongs to the function in the current context, so it is set where the codec's tables are
+// allocated, not on every append.
+
+// Devices whose resident-block count each kernel instance remembers; a higher ordinal asks the runtime per call.
+constexpr int kRememberedDevices = 64;
+
+// How many blocks of this instance run at once on the current device (SMs × blocks per SM): the persistent
+// grid's size. Asked of the runtime once per instance and device, not per append: the occupancy query costs
+// microseconds of host time, and a benchmark's event-timed append (or a user's decode step) would wait for it
+// with the GPU idle. The answer depends only on the kernel and the device, so caching it changes no launch.
 template <unsigned D, unsigned DT, bool NC, bool QJL>
-cudaError_t launch_fast(const EncodeParams& p, std::uint32_t total, cudaStream_t stream) {
-  int device = 0, sms = 0, per_sm = 0;
+cudaError_t fast_resident_blocks(std::uint32_t& resident) {
+  static std::atomic<std::uint32_t> remembered[kRememberedDevices];  // 0: not asked yet on that device
+  int device = 0;
   cudaError_t err = cudaGetDevice(&device);
-  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-  if (err == cudaSuccess) {
-    err = cudaFuncSetAttribute(encode_fast_kernel<D, DT, NC, QJL>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               static_cast<int>(fast_ring_bytes<DT>()));
+  if (err != cudaSuccess) return err;
+  const bool remembers = device >= 0 && device < kRememberedDevices;
+  if (remembers) {
+    resident = remembered[device].load(std::memory_order_acquire);
+    if (resident != 0) return cudaSuccess;
   }
+  int sms = 0, per_sm = 0;
+  err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
   if (err == cudaSuccess) {
-    err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, encode_fast_kernel<D, DT, NC, QJL>, kEncodeFastWarps * 32,
-                                                        fast_ring_bytes<DT>());
+    err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, encode_fast_kernel<D, DT, NC, QJL>,
+                                                        kEncodeFastWarps * 32, fast_ring_bytes<DT>());
   }
   if (err != cudaSuccess) return err;
+  resident = static_cast<std::uint32_t>(sms > 0 ? sms : 1) * static_cast<std::uint32_t>(per_sm > 0 ? per_sm : 1);
+  if (remembers) remembered[device].store(resident, std::memory_order_release);  // racing stores write one value
+  return cudaSuccess;
+}
+
+template <unsigned D, unsigned DT, bool NC, bool QJL>
+cudaError_t launch_fast(const EncodeParams& p, std::uint32_t total, cudaStream_t stream) {
+  std::uint32_t resident = 0;
+  const cudaError_t err = fast_resident_blocks<D, DT, NC, QJL>(resident);
+  if (err != cudaSuccess) return err;
   const std::uint32_t wanted = (total + kEncodeFastWarps - 1) / kEncodeFastWarps;
-  const std::uint32_t resident = static_cast<std::uint32_t>(sms > 0 ? sms : 1) * static_cast<std::uint32_t>(per_sm > 0 ? per_sm : 1);
   const std::uint32_t blocks = wanted < resident ? wanted : resident;
   encode_fast_kernel<D, DT, NC, QJL><<<blocks, kEncodeFastWarps * 32, fast_ring_bytes<DT>(), stream>>>(p);
   return cudaGetLastError();
@@ -820,6 +846,24 @@ cudaError_t launch_fast_dtype(const EncodeParams& p, std::uint32_t total, cudaSt
   return launch_fast_family<D, 2>(p, total, stream);
 }
 
+template <unsigned D, unsigned DT>
+cudaError_t prepare_fast_dtype(bool has_qjl, bool norm_correction) {
+  const auto set = [](auto kernel) {
+    return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                static_cast<int>(fast_ring_bytes<DT>()));
+  };
+  if (has_qjl) return norm_correction ? set(encode_fast_kernel<D, DT, true, true>) : set(encode_fast_kernel<D, DT, false, true>);
+  return norm_correction ? set(encode_fast_kernel<D, DT, true, false>) : set(encode_fast_kernel<D, DT, false, false>);
+}
+
+template <unsigned D>
+cudaError_t prepare_fast(bool has_qjl, bool norm_correction) {
+  cudaError_t err = prepare_fast_dtype<D, 0>(has_qjl, norm_correction);
+  if (err == cudaSuccess) err = prepare_fast_dtype<D, 1>(has_qjl, norm_correction);
+  if (err == cudaSuccess) err = prepare_fast_dtype<D, 2>(has_qjl, norm_correction);
+  return err;
+}
+
 std::uint64_t fast_steps(const EncodeParams& p) {
   const std::uint64_t rows_per_step = 1024u / p.head_dim;
   return (p.rows + rows_per_step - 1) / rows_per_step * 2u * p.kv_heads;
@@ -833,6 +877,13 @@ EncodePath encode_path(const EncodeParams& p) {
                          reinterpret_cast<std::uintptr_t>(p.layer)) & 15u) == 0;
   const bool bits = p.key_code_bits >= 1 && p.key_code_bits <= 5 && p.value_bits >= 1 && p.value_bits <= 5;
   return dim && aligned && bits && p.dtype <= 2 && fast_steps(p) < (1ull << 31) ? EncodePath::Fast : EncodePath::General;
+}
+
+cudaError_t prepare_encode(std::uint32_t head_dim, bool has_qjl, bool norm_correction) {
+  if (head_dim == 64) return prepare_fast<64>(has_qjl, norm_correction);
+  if (head_dim == 128) return prepare_fast<128>(has_qjl, norm_correction);
+  if (head_dim == 256) return prepare_fast<256>(has_qjl, norm_correction);
+  return cudaSuccess;  // the general kernel sizes its shared memory per launch
 }
 
 cudaError_t launch_encode(const EncodeParams& p, cudaStream_t stream, bool force_general) {
