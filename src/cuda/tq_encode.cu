@@ -451,7 +451,7 @@ __device__ __forceinline__ void fast_tail(float (&y)[32], const TailArgs& a) {
     cell_c = a.tab->cell_c[a.kind];
     cell_scale = a.tab->cell_scale[a.kind];
   }
-  double code_sq = 0.0, res_sq = 0.0;
+  double code_sqs[2] = {0.0, 0.0}, res_sqs[2] = {0.0, 0.0};  // two chains each (even and odd k), as ‖x‖²
   constexpr unsigned rec = (D / 8) * CB;
   std::uint8_t* row_stage = a.stage_codes + a.rr * rec;
   __syncwarp();  // the previous step's copy-out has read the staging area
@@ -480,10 +480,10 @@ __device__ __forceinline__ void fast_tail(float (&y)[32], const TailArgs& a) {
         if constexpr (NC) c2 = a.c2[idx];
         if constexpr (QJL) centroid = a.centroids[idx][0];
       }
-      if constexpr (NC) code_sq = __dadd_rn(code_sq, c2);
+      if constexpr (NC) code_sqs[k & 1] = __dadd_rn(code_sqs[k & 1], c2);
       if constexpr (QJL) {
         const float res = __fsub_rn(v, centroid);
-        res_sq = __fma_rn(static_cast<double>(res), static_cast<double>(res), res_sq);  // square exact in f64
+        res_sqs[k & 1] = __fma_rn(static_cast<double>(res), static_cast<double>(res), res_sqs[k & 1]);  // exact square
         y[m] = res;
       }
     }
@@ -505,6 +505,8 @@ __device__ __forceinline__ void fast_tail(float (&y)[32], const TailArgs& a) {
     }
   }
   const EncodeParams& p = *a.p;
+  double code_sq = __dadd_rn(code_sqs[0], code_sqs[1]);
+  double res_sq = __dadd_rn(res_sqs[0], res_sqs[1]);
   if constexpr (NC) {
 #pragma unroll
     for (unsigned u = 1; u < F::G; u <<= 1) code_sq = __dadd_rn(code_sq, __shfl_xor_sync(0xffffffffu, code_sq, u));
@@ -726,13 +728,15 @@ __global__ void __launch_bounds__(kEncodeFastWarps * 32, 2) encode_fast_kernel(E
 
     // x·signs (exact) and the lane's part of Σx² in float64 (squares of floats are exact in float64).
     float y[32];
-    double sum = 0.0;
+    // Two chains (even and odd registers), added at the end: half the dependent float64 latency per step.
+    double sums[2] = {0.0, 0.0};
 #pragma unroll
     for (unsigned m = 0; m < 32; ++m) {
       const float x = signed_value<DT>(raw, signs, m);
       y[m] = x;
-      sum = __fma_rn(static_cast<double>(x), static_cast<double>(x), sum);
+      sums[m & 1] = __fma_rn(static_cast<double>(x), static_cast<double>(x), sums[m & 1]);
     }
+    double sum = __dadd_rn(sums[0], sums[1]);
 #pragma unroll
     for (unsigned u = 1; u < F::G; u <<= 1) sum = __dadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, u));
     // Non-finite input makes Σx² inf or NaN; finite floats cannot overflow it (1024 · 3.4e38² < 1.8e308).
