@@ -25,8 +25,10 @@ struct DeviceCache::Layer {
   DeviceBuffer data;                        // [layer_buffer_bytes(layout)]
   std::vector<std::uint32_t> lengths;       // host copies
   std::vector<std::uint32_t> window_begins;
-  DeviceBuffer device_lengths;              // device mirrors for decode
-  DeviceBuffer device_window_begins;
+  // Device mirror for the kernels: lengths, then window_begins ([2][sequences], so one upload commits both).
+  DeviceBuffer device_positions;
+  const std::uint32_t* device_lengths() const { return static_cast<const std::uint32_t*>(device_positions.data()); }
+  const std::uint32_t* device_window_begins() const { return device_lengths() + lengths.size(); }
 };
 
 DeviceCache::DeviceCache(DeviceCache&&) noexcept = default;
@@ -56,8 +58,7 @@ Result<DeviceCache> DeviceCache::create(const ktq::CacheShape& shape, const ktq:
       KVC_TRY(layer->data.fill(0));
       layer->lengths.assign(shape.sequences, 0);
       layer->window_begins.assign(shape.sequences, 0);
-      KVC_ASSIGN_OR_RETURN(layer->device_lengths, DeviceBuffer::allocate(4ull * shape.sequences));
-      KVC_ASSIGN_OR_RETURN(layer->device_window_begins, DeviceBuffer::allocate(4ull * shape.sequences));
+      KVC_ASSIGN_OR_RETURN(layer->device_positions, DeviceBuffer::allocate(8ull * shape.sequences));
     }
     cache.layers_.push_back(std::move(layer));
     KVC_TRY(cache.sync_positions(l));
@@ -101,50 +102,95 @@ Status DeviceCache::check_layer_seq(std::uint32_t layer, std::uint32_t seq, bool
 Status DeviceCache::sync_positions(std::uint32_t layer) {
   Layer& l = *layers_[layer];
   if (l.kv_heads == 0) return ok_status();
-  KVC_TRY(l.device_lengths.upload(l.lengths.data(), 4ull * sequences_));
-  KVC_TRY(l.device_window_begins.upload(l.window_begins.data(), 4ull * sequences_));
-  return ok_status();
+  std::vector<std::uint32_t> both(l.lengths);
+  both.insert(both.end(), l.window_begins.begin(), l.window_begins.end());
+  return l.device_positions.upload(both.data(), 4ull * both.size());
 }
 
 Status DeviceCache::append(std::uint32_t layer, std::uint32_t seq, std::uint32_t position, std::uint32_t rows,
                            DType dtype, const void* keys, const void* values, void* stream) {
-  KVC_TRY(check_layer_seq(layer, seq, true));
+  const AppendRequest request{seq, position, rows, dtype, keys, values};
+  return append_batch(layer, std::span<const AppendRequest>(&request, 1), stream);
+}
+
+Status DeviceCache::append_batch(std::uint32_t layer, std::span<const AppendRequest> requests, void* stream) {
+  // Host checks before anything runs, with the CPU cache's messages and in its order: the layer
+  // (TurboQuantCache::check_layer_seq), then per request in order its sequence and tq/append_check.hpp; then
+  // each sequence at most once.
+  if (layer >= layers_.size()) {
+    return make_error(ErrorCode::OutOfRange, "layer {} is outside the cache's {} layers", layer, layers_.size());
+  }
+  if (layers_[layer]->kv_heads == 0) {
+    return make_error(ErrorCode::InvalidArgument, "layer {} has no attention (0 KV heads) and stores nothing", layer);
+  }
+  std::vector<bool> seen(sequences_, false);
+  for (const AppendRequest& r : requests) {
+    KVC_TRY(check_layer_seq(layer, r.seq, true));
+    KVC_TRY(ktq::validate_append(layer, r.seq, layers_[layer]->lengths[r.seq], capacity_, r.position, r.rows, r.dtype,
+                                 r.keys, r.values));
+    if (seen[r.seq]) {
+      return make_error(ErrorCode::InvalidArgument, "append_batch: sequence {} appears more than once", r.seq);
+    }
+    seen[r.seq] = true;
+  }
+  if (std::none_of(requests.begin(), requests.end(), [](const AppendRequest& r) { return r.rows > 0; })) {
+    return ok_status();  // appends of 0 rows store nothing
+  }
   Layer& l = *layers_[layer];
-  const std::uint32_t length = l.lengths[seq];
-  // The CPU cache's checks, messages and order (tq/append_check.hpp).
-  KVC_TRY(ktq::validate_append(layer, seq, length, capacity_, position, rows, dtype, keys, values));
-  if (rows == 0) return ok_status();
-  KVC_CUDA_TRY(cudaMemsetAsync(status_.data(), 0, 4, static_cast<cudaStream_t>(stream)));
-  EncodeRequest req;
-  req.seq = seq;
-  req.position = position;
-  req.rows = rows;
-  req.dtype = dtype;
-  req.keys = keys;
-  req.values = values;
-  req.status = static_cast<std::uint32_t*>(status_.data());
-  KVC_TRY(encode_append(l.layout, *l.codec, l.data.data(), req, stream));
-  std::uint32_t flags = 0;
-  KVC_CUDA_TRY(cudaMemcpyAsync(&flags, status_.data(), 4, cudaMemcpyDeviceToHost, static_cast<cudaStream_t>(stream)));
-  KVC_CUDA_TRY(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
-  if (flags != 0) {
+  const std::size_t n = requests.size();
+  const auto s = static_cast<cudaStream_t>(stream);
+  if (status_.size() < 4ull * n) {
+    KVC_ASSIGN_OR_RETURN(status_, DeviceBuffer::allocate(4ull * n));
+  }
+  auto* status = static_cast<std::uint32_t*>(status_.data());
+  KVC_CUDA_TRY(cudaMemsetAsync(status, 0, 4ull * n, s));
+  // Launch every encode; a launch that fails ends the batch there: the requests before it are still checked
+  // and committed below (as appends called one by one would have stored them), it and the rest are not.
+  Status launched = ok_status();
+  std::size_t attempted = 0;
+  for (; attempted < n; ++attempted) {
+    const AppendRequest& r = requests[attempted];
+    if (r.rows == 0) continue;
+    EncodeRequest req;
+    req.seq = r.seq;
+    req.position = r.position;
+    req.rows = r.rows;
+    req.dtype = r.dtype;
+    req.keys = r.keys;
+    req.values = r.values;
+    req.status = status + attempted;
+    launched = encode_append(l.layout, *l.codec, l.data.data(), req, stream);
+    if (!launched.ok()) break;
+  }
+  // One wait for all of them: the kernels' verdicts on the input.
+  std::vector<std::uint32_t> flags(n, 0);
+  KVC_CUDA_TRY(cudaMemcpyAsync(flags.data(), status, 4ull * attempted, cudaMemcpyDeviceToHost, s));
+  KVC_CUDA_TRY(cudaStreamSynchronize(s));
+  Status first_error = ok_status();
+  for (std::size_t i = 0; i < attempted; ++i) {
+    const AppendRequest& r = requests[i];
+    if (r.rows == 0) continue;
+    if (flags[i] == 0) {
+      l.lengths[r.seq] = r.position + r.rows;
+      continue;
+    }
     // Nothing becomes visible (the length stays), but the kernel may have written exact-window ring slots that
     // held rows still inside the window: from now on those positions use their quantised records.
-    if (l.layout.exact_window > 0) {
-      l.window_begins[seq] = length;
-      KVC_TRY(sync_positions(layer));
+    if (l.layout.exact_window > 0) l.window_begins[r.seq] = l.lengths[r.seq];
+    if (first_error.ok()) {
+      first_error = (flags[i] & kEncodeNonFinite)
+                        ? make_error(ErrorCode::NonFinite,
+                                     "append to layer {} sequence {} at position {}: a key or value coordinate is NaN "
+                                     "or inf",
+                                     layer, r.seq, r.position)
+                        : make_error(ErrorCode::OutOfRange,
+                                     "append to layer {} sequence {} at position {}: a norm exceeds the float32 range",
+                                     layer, r.seq, r.position);
     }
-    if (flags & kEncodeNonFinite) {
-      return make_error(ErrorCode::NonFinite,
-                        "append to layer {} sequence {} at position {}: a key or value coordinate is NaN or inf",
-                        layer, seq, position);
-    }
-    return make_error(ErrorCode::OutOfRange,
-                      "append to layer {} sequence {} at position {}: a norm exceeds the float32 range", layer, seq,
-                      position);
   }
-  l.lengths[seq] = position + rows;
-  return sync_positions(layer);
+  KVC_TRY(sync_positions(layer));  // one upload commits every sequence of the batch
+  if (!launched.ok()) return launched;
+  return first_error;
 }
 
 Status DeviceCache::truncate_layer(std::uint32_t layer, std::uint32_t seq, std::uint32_t position) {
@@ -280,8 +326,8 @@ Status DeviceCache::decode(std::uint32_t layer, const DecodePlan& plan, const fl
   }
   DecodeArgs args;
   args.queries = queries;
-  args.lengths = static_cast<const std::uint32_t*>(l.device_lengths.data());
-  args.window_begins = static_cast<const std::uint32_t*>(l.device_window_begins.data());
+  args.lengths = l.device_lengths();
+  args.window_begins = l.device_window_begins();
   args.sinks = sinks;
   args.scale = scale;
   args.output = output;
@@ -309,8 +355,8 @@ Status DeviceCache::prefill(std::uint32_t layer, const PrefillPlan& plan, Prefil
                         l.lengths[s], plan.max_length);
     }
   }
-  args.lengths = static_cast<const std::uint32_t*>(l.device_lengths.data());
-  args.window_begins = static_cast<const std::uint32_t*>(l.device_window_begins.data());
+  args.lengths = l.device_lengths();
+  args.window_begins = l.device_window_begins();
   return prefill_attention(plan, *l.codec, l.data.data(), args, workspace, stream);
 }
 

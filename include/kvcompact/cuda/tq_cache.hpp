@@ -19,6 +19,16 @@
 
 namespace kvcompact::cuda::tq {
 
+// One sequence's rows for DeviceCache::append_batch: append's arguments.
+struct AppendRequest {
+  std::uint32_t seq = 0;
+  std::uint32_t position = 0;
+  std::uint32_t rows = 0;
+  DType dtype = DType::BF16;
+  const void* keys = nullptr;    // DEVICE [rows, kv_heads, head_dim]
+  const void* values = nullptr;  // DEVICE [rows, kv_heads, head_dim]
+};
+
 class DeviceCache {
  public:
   // Same shape and config rules as tq::TurboQuantCache::create; every layer buffer is allocated (checked) and
@@ -46,6 +56,15 @@ class DeviceCache {
   // advances the length only when the kernel reported no bad input (two-phase: device work, then commit).
   Status append(std::uint32_t layer, std::uint32_t seq, std::uint32_t position, std::uint32_t rows, DType dtype,
                 const void* keys, const void* values, void* stream = nullptr);
+
+  // Appends to several sequences of one layer with one wait instead of one per sequence (a decode step's new
+  // token of every sequence). First every request gets append's host checks, in order; the first failure is
+  // returned and nothing is launched or stored. A sequence may appear once per call (InvalidArgument). Then
+  // every request's encode is launched on `stream`, the stream is synchronised once, and every request whose
+  // input the kernel accepted is committed; if the kernel rejected some (NonFinite, or OutOfRange for a norm
+  // beyond float32), those are not stored and the first of them (in request order) is the error returned —
+  // what calling append for each request would store and report. An empty span is a no-op.
+  Status append_batch(std::uint32_t layer, std::span<const AppendRequest> requests, void* stream = nullptr);
 
   Status truncate(std::uint32_t seq, std::uint32_t position);
   Status truncate_layer(std::uint32_t layer, std::uint32_t seq, std::uint32_t position);
@@ -98,7 +117,7 @@ class DeviceCache {
   std::uint32_t capacity_ = 0;
   int multiprocessors_ = 1;
   std::vector<std::unique_ptr<Layer>> layers_;
-  DeviceBuffer status_;        // one encode status word
+  DeviceBuffer status_;        // one encode status word per request of an append (grown by append_batch)
   DeviceBuffer request_args_;  // attention(): [3][requests] seq, first_position, rows
   DeviceBuffer prefill_workspace_;  // attention(): the key splits' partials and counters
 };

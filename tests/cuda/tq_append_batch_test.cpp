@@ -1,0 +1,280 @@
+// DeviceCache::append_batch (several sequences of one layer, one wait): random batches of random sizes, dtypes
+// and sequence orders must leave exactly the bytes and lengths of a CPU TurboQuantCache that received the same
+// appends one by one, and decode over them must match the float64 oracle; a batch with bad input stores its
+// good requests and reports the first bad one; host-side errors (checked before anything runs) store nothing
+// and equal append's errors. Skips without a CUDA device.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kvcompact/core/dtypes.hpp"
+#include "kvcompact/cuda/runtime.hpp"
+#include "kvcompact/cuda/tq_cache.hpp"
+#include "kvcompact/tq/attention_oracle.hpp"
+#include "kvcompact/tq/cache.hpp"
+#include "unit/tq/attention_test_util.hpp"
+#include "cuda/cuda_test_util.hpp"
+
+namespace kvcompact::cuda::tq {
+namespace {
+
+using kvcompact::cuda::testing::take;
+using kvcompact::tq::AttentionOptions;
+using kvcompact::tq::AttentionRequest;
+using kvcompact::tq::CacheShape;
+using kvcompact::tq::QuantConfig;
+using kvcompact::tq::TurboQuantCache;
+using kvcompact::tq::testing::fresh_seed;
+using kvcompact::tq::testing::max_row_relative_error;
+using kvcompact::tq::testing::random_rows;
+
+// Host bytes of `values` in `dtype` (F32, BF16 or F16).
+std::vector<std::uint8_t> to_bytes(const std::vector<float>& values, DType dtype) {
+  if (dtype == DType::F32) {
+    std::vector<std::uint8_t> out(values.size() * 4);
+    std::memcpy(out.data(), values.data(), out.size());
+    return out;
+  }
+  std::vector<std::uint8_t> out(values.size() * 2);
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    const std::uint16_t h = dtype == DType::BF16 ? f32_to_bf16(values[i]) : f32_to_f16(values[i]);
+    std::memcpy(out.data() + 2 * i, &h, 2);
+  }
+  return out;
+}
+
+// One request's input on the host (for the CPU cache) and on the device (for append_batch).
+struct Input {
+  std::vector<std::uint8_t> keys, values;
+  DeviceBuffer device_keys, device_values;
+};
+
+Input make_input(std::mt19937_64& rng, std::uint32_t rows, std::uint32_t heads, std::uint32_t d, DType dtype) {
+  Input in;
+  in.keys = to_bytes(random_rows(rng, std::size_t{rows} * heads, d, 1.0f, true), dtype);
+  in.values = to_bytes(random_rows(rng, std::size_t{rows} * heads, d, 1.0f, false), dtype);
+  in.device_keys = take(DeviceBuffer::allocate(std::max<std::size_t>(in.keys.size(), 4)));
+  in.device_values = take(DeviceBuffer::allocate(std::max<std::size_t>(in.values.size(), 4)));
+  EXPECT_TRUE(in.device_keys.upload(in.keys.data(), in.keys.size()).ok());
+  EXPECT_TRUE(in.device_values.upload(in.values.data(), in.values.size()).ok());
+  return in;
+}
+
+void expect_same_layer(const TurboQuantCache& cpu, const DeviceCache& gpu, std::uint32_t layer, std::uint32_t sequences,
+                       const std::string& where) {
+  for (std::uint32_t s = 0; s < sequences; ++s) {
+    ASSERT_EQ(cpu.length(layer, s), gpu.length(layer, s)) << where << " seq " << s;
+    const auto a = take(cpu.snapshot(layer, s));
+    const auto b = take(gpu.snapshot(layer, s));
+    EXPECT_EQ(a.window_begin, b.window_begin) << where << " seq " << s;
+    EXPECT_TRUE(a.key_codes == b.key_codes && a.key_signs == b.key_signs && a.key_norms == b.key_norms &&
+                a.key_residual_norms == b.key_residual_norms && a.value_codes == b.value_codes &&
+                a.value_norms == b.value_norms && a.window_keys == b.window_keys &&
+                a.window_values == b.window_values)
+        << where << " seq " << s << ": snapshot bytes differ";
+  }
+}
+
+TEST(CudaAppendBatch, MatchesTheCpuCacheAppendingOneByOne) {
+  if (device_count() == 0) GTEST_SKIP() << "no CUDA device (cudaGetDeviceCount reports none)";
+  for (const char* mode : {"k=prod3,v=mse2,w=16", "k=mse4,v=mse3,nc"}) {
+    const std::uint64_t seed = fresh_seed();
+    SCOPED_TRACE(std::string("mode ") + mode + " seed " + std::to_string(seed));
+    std::mt19937_64 rng(seed);
+    const QuantConfig config = *QuantConfig::parse(mode, seed);
+    CacheShape shape;
+    shape.head_dim = 128;
+    shape.kv_heads = {2, 4};
+    shape.sequences = 6;
+    shape.capacity = 160;
+    auto cpu = take(TurboQuantCache::create(shape, config));
+    auto gpu = take(DeviceCache::create(shape, config));
+    const DType dtypes[] = {DType::F32, DType::BF16, DType::F16};
+    for (int round = 0; round < 8; ++round) {
+      const std::uint32_t layer = static_cast<std::uint32_t>(rng() % 2), heads = shape.kv_heads[layer];
+      // A random subset of the sequences in random order; decode-like single rows in most rounds.
+      std::vector<std::uint32_t> seqs(shape.sequences);
+      std::iota(seqs.begin(), seqs.end(), 0u);
+      std::shuffle(seqs.begin(), seqs.end(), rng);
+      seqs.resize(1 + rng() % shape.sequences);
+      std::vector<Input> inputs;
+      std::vector<AppendRequest> requests;
+      inputs.reserve(seqs.size());
+      for (std::uint32_t s : seqs) {
+        const std::uint32_t length = cpu.length(layer, s), room = shape.capacity - length;
+        const std::uint32_t rows = std::min<std::uint32_t>(room, round % 3 == 0 ? static_cast<std::uint32_t>(rng() % 40) : 1u);
+        const DType dtype = dtypes[rng() % 3];
+        inputs.push_back(make_input(rng, rows, heads, shape.head_dim, dtype));
+        const Input& in = inputs.back();
+        ASSERT_TRUE(cpu.append(layer, s, length, rows, dtype, in.keys.data(), in.values.data()).ok());
+        requests.push_back({s, length, rows, dtype, in.device_keys.data(), in.device_values.data()});
+      }
+      const Status st = gpu.append_batch(layer, requests);
+      ASSERT_TRUE(st.ok()) << st.error().to_string();
+      expect_same_layer(cpu, gpu, layer, shape.sequences, "round " + std::to_string(round));
+    }
+    // Decode over the batched appends (the device mirror of the lengths and window starts) against the oracle.
+    for (std::uint32_t layer : {0u, 1u}) {
+      const std::uint32_t q_heads = 8, d = shape.head_dim;
+      auto plan = take(gpu.plan_decode(layer, q_heads, shape.capacity));
+      auto ws = take(DeviceBuffer::allocate(plan.workspace_bytes));
+      const auto q = random_rows(rng, std::size_t{shape.sequences} * q_heads, d, 1.0f, false);
+      auto dq = take(DeviceBuffer::allocate(q.size() * 4));
+      ASSERT_TRUE(dq.upload(q.data(), q.size() * 4).ok());
+      auto dout = take(DeviceBuffer::allocate(q.size() * 4));
+      const Status s = gpu.decode(layer, plan, static_cast<const float*>(dq.data()), nullptr, 0.0f,
+                                  static_cast<float*>(dout.data()), ws.data());
+      ASSERT_TRUE(s.ok()) << s.error().to_string();
+      ASSERT_TRUE(synchronize().ok());
+      std::vector<float> out(q.size());
+      ASSERT_TRUE(dout.download(out.data(), out.size() * 4).ok());
+      std::vector<AttentionRequest> reqs;
+      std::vector<std::uint32_t> seqs;
+      for (std::uint32_t s2 = 0; s2 < shape.sequences; ++s2) {
+        if (cpu.length(layer, s2) == 0) continue;
+        reqs.push_back({s2, cpu.length(layer, s2) - 1, 1, q.data() + std::size_t{s2} * q_heads * d, out.data()});
+        seqs.push_back(s2);
+      }
+      AttentionOptions options;
+      options.q_heads = q_heads;
+      auto ref = take(kvcompact::tq::attention_oracle(cpu.view(layer), reqs, options));
+      const std::size_t row = std::size_t{q_heads} * d;
+      for (std::size_t i = 0; i < reqs.size(); ++i) {
+        std::vector<float> got(out.begin() + seqs[i] * row, out.begin() + (seqs[i] + 1) * row);
+        EXPECT_LE(max_row_relative_error(got, ref[i], row), 1e-3) << "layer " << layer << " seq " << seqs[i];
+      }
+    }
+  }
+}
+
+TEST(CudaAppendBatch, StoresTheGoodRequestsAndReportsTheFirstBadOne) {
+  if (device_count() == 0) GTEST_SKIP() << "no CUDA device (cudaGetDeviceCount reports none)";
+  const std::uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  const QuantConfig config = *QuantConfig::parse("k=mse4,v=mse3,nc,w=8", seed);
+  CacheShape shape;
+  shape.head_dim = 64;
+  shape.kv_heads = {2};
+  shape.sequences = 5;
+  shape.capacity = 64;
+  auto cpu = take(TurboQuantCache::create(shape, config));
+  auto gpu = take(DeviceCache::create(shape, config));
+  const std::uint32_t heads = 2, d = 64;
+  // Every sequence holds 10 rows first, so the exact window (8) is full when the bad rows arrive.
+  for (std::uint32_t s = 0; s < shape.sequences; ++s) {
+    const Input in = make_input(rng, 10, heads, d, DType::F32);
+    ASSERT_TRUE(cpu.append(0, s, 0, 10, DType::F32, in.keys.data(), in.values.data()).ok());
+    ASSERT_TRUE(gpu.append(0, s, 0, 10, DType::F32, in.device_keys.data(), in.device_values.data()).ok());
+  }
+  // Sequences 3, 1, 4, 0 in that order; 1 gets a NaN key, 4 a value too large for a float32 norm.
+  const std::uint32_t order[] = {3, 1, 4, 0};
+  std::vector<Input> inputs;
+  std::vector<AppendRequest> requests;
+  for (std::uint32_t s : order) {
+    Input in = make_input(rng, 3, heads, d, DType::F32);
+    if (s == 1) {
+      const float nan = std::numeric_limits<float>::quiet_NaN();
+      std::memcpy(in.keys.data() + 4 * 77, &nan, 4);
+    }
+    if (s == 4) {
+      for (std::size_t i = 0; i < in.values.size() / 4; ++i) {
+        const float big = 3.0e38f;
+        std::memcpy(in.values.data() + 4 * i, &big, 4);
+      }
+    }
+    ASSERT_TRUE(in.device_keys.upload(in.keys.data(), in.keys.size()).ok());
+    ASSERT_TRUE(in.device_values.upload(in.values.data(), in.values.size()).ok());
+    const Status c = cpu.append(0, s, 10, 3, DType::F32, in.keys.data(), in.values.data());
+    EXPECT_EQ(c.ok(), s != 1 && s != 4) << "seq " << s;
+    requests.push_back({s, 10, 3, DType::F32, in.device_keys.data(), in.device_values.data()});
+    inputs.push_back(std::move(in));
+  }
+  const Status st = gpu.append_batch(0, requests);
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.error().code, ErrorCode::NonFinite);  // sequence 1 comes before sequence 4
+  EXPECT_NE(st.error().message.find("sequence 1 "), std::string::npos) << st.error().message;
+  for (std::uint32_t s = 0; s < shape.sequences; ++s) {
+    EXPECT_EQ(gpu.length(0, s), (s == 0 || s == 3) ? 13u : 10u) << "seq " << s;
+  }
+  // The stored sequences carry the CPU's bytes; the rejected ones their old length (their exact-window ring
+  // slots may have been overwritten, so the window no longer covers them: window_begin = length).
+  for (std::uint32_t s : {0u, 2u, 3u}) {
+    const auto a = take(cpu.snapshot(0, s));
+    const auto b = take(gpu.snapshot(0, s));
+    EXPECT_EQ(a.length, b.length);
+    EXPECT_TRUE(a.key_codes == b.key_codes && a.value_codes == b.value_codes && a.window_keys == b.window_keys)
+        << "seq " << s;
+  }
+  for (std::uint32_t s : {1u, 4u}) EXPECT_EQ(take(gpu.snapshot(0, s)).window_begin, 10u) << "seq " << s;
+  // The same bad request alone gives the error append gives.
+  const Status one = gpu.append(0, 4, 10, 3, DType::F32, requests[2].keys, requests[2].values);
+  EXPECT_EQ(one.error().code, ErrorCode::OutOfRange);
+  EXPECT_EQ(gpu.length(0, 4), 10u);
+}
+
+TEST(CudaAppendBatch, HostChecksRunBeforeAnythingIsStored) {
+  if (device_count() == 0) GTEST_SKIP() << "no CUDA device (cudaGetDeviceCount reports none)";
+  const QuantConfig config = QuantConfig::seed_system(3);
+  CacheShape shape;
+  shape.head_dim = 64;
+  shape.kv_heads = {1, 0};
+  shape.sequences = 3;
+  shape.capacity = 8;
+  auto cpu = take(TurboQuantCache::create(shape, config));
+  auto gpu = take(DeviceCache::create(shape, config));
+  std::vector<float> rows(8 * 64, 0.5f);
+  auto drows = take(DeviceBuffer::allocate(rows.size() * 4));
+  ASSERT_TRUE(drows.upload(rows.data(), rows.size() * 4).ok());
+  const void* dv = drows.data();
+  const AppendRequest good0{0, 0, 2, DType::F32, dv, dv}, good2{2, 0, 1, DType::F32, dv, dv};
+  // Each bad request sits between good ones and gets the CPU cache's append error (code, message, expected /
+  // actual); nothing is stored.
+  const AppendRequest bad[] = {{1, 1, 1, DType::F32, dv, dv},    {1, 0, 9, DType::F32, dv, dv},
+                               {1, 0, 1, DType::F8E4M3, dv, dv}, {1, 0, 1, DType::F32, nullptr, dv},
+                               {7, 0, 1, DType::F32, dv, dv}};
+  for (const AppendRequest& b : bad) {
+    const AppendRequest batch[] = {good0, b, good2};
+    const Status st = gpu.append_batch(0, batch);
+    const Status on_cpu = cpu.append(0, b.seq, b.position, b.rows, b.dtype, b.keys ? rows.data() : nullptr,
+                                     b.values ? rows.data() : nullptr);
+    ASSERT_FALSE(st.ok());
+    ASSERT_FALSE(on_cpu.ok());
+    EXPECT_EQ(st.error().code, on_cpu.error().code);
+    EXPECT_EQ(st.error().message, on_cpu.error().message);
+    EXPECT_EQ(st.error().expected, on_cpu.error().expected);
+    EXPECT_EQ(st.error().actual, on_cpu.error().actual);
+    for (std::uint32_t s = 0; s < shape.sequences; ++s) EXPECT_EQ(gpu.length(0, s), 0u);
+  }
+  // The layer is checked first, as the CPU cache checks it, even for an empty batch.
+  for (std::uint32_t layer : {1u, 2u}) {
+    const Status st = gpu.append_batch(layer, {});
+    const Status on_cpu = cpu.append(layer, 0, 0, 1, DType::F32, rows.data(), rows.data());
+    ASSERT_FALSE(st.ok());
+    EXPECT_EQ(st.error().code, on_cpu.error().code);
+    EXPECT_EQ(st.error().message, on_cpu.error().message);
+  }
+  EXPECT_TRUE(gpu.append_batch(0, {}).ok());
+  const AppendRequest twice[] = {good0, good2, {0, 2, 1, DType::F32, dv, dv}};
+  const Status dup = gpu.append_batch(0, twice);
+  EXPECT_EQ(dup.error().code, ErrorCode::InvalidArgument);
+  EXPECT_EQ(gpu.length(0, 0), 0u);
+  // Requests of 0 rows pass whatever their dtype and pointers and store nothing; the others are stored.
+  const AppendRequest zero{1, 0, 0, DType::F8E4M3, nullptr, nullptr};
+  EXPECT_TRUE(gpu.append_batch(0, {&zero, 1}).ok());
+  const AppendRequest mixed[] = {zero, good0, good2};
+  const Status ok = gpu.append_batch(0, mixed);
+  ASSERT_TRUE(ok.ok()) << ok.error().to_string();
+  EXPECT_EQ(gpu.length(0, 0), 2u);
+  EXPECT_EQ(gpu.length(0, 1), 0u);
+  EXPECT_EQ(gpu.length(0, 2), 1u);
+}
+
+}  // namespace
+}  // namespace kvcompact::cuda::tq
