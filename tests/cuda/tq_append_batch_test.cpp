@@ -261,7 +261,8 @@ TEST(CudaAppendBatch, HostChecksRunBeforeAnythingIsStored) {
     EXPECT_EQ(st.error().message, on_cpu.error().message);
   }
   EXPECT_TRUE(gpu.append_batch(0, {}).ok());
-  const AppendRequest twice[] = {good0, good2, {0, 2, 1, DType::F32, dv, dv}};
+  // (A second request for sequence 0 that append's checks alone would accept: position 0 = its length.)
+  const AppendRequest twice[] = {good0, good2, {0, 0, 1, DType::F32, dv, dv}};
   const Status dup = gpu.append_batch(0, twice);
   EXPECT_EQ(dup.error().code, ErrorCode::InvalidArgument);
   EXPECT_EQ(gpu.length(0, 0), 0u);
