@@ -16,38 +16,23 @@
 #include "kvcompact/core/dtypes.hpp"
 #include "kvcompact/cuda/runtime.hpp"
 #include "kvcompact/cuda/tq_cache.hpp"
-#include "kvcompact/tq/attention_oracle.hpp"
 #include "kvcompact/tq/cache.hpp"
 #include "unit/tq/attention_test_util.hpp"
 #include "cuda/cuda_test_util.hpp"
+#include "cuda/device_cache_checks.hpp"
 
 namespace kvcompact::cuda::tq {
 namespace {
 
+using kvcompact::cuda::testing::expect_decode_matches_oracle;
+using kvcompact::cuda::testing::expect_same_snapshot;
 using kvcompact::cuda::testing::take;
-using kvcompact::tq::AttentionOptions;
-using kvcompact::tq::AttentionRequest;
+using kvcompact::cuda::testing::to_dtype;
 using kvcompact::tq::CacheShape;
 using kvcompact::tq::QuantConfig;
 using kvcompact::tq::TurboQuantCache;
 using kvcompact::tq::testing::fresh_seed;
-using kvcompact::tq::testing::max_row_relative_error;
 using kvcompact::tq::testing::random_rows;
-
-// Host bytes of `values` in `dtype` (F32, BF16 or F16).
-std::vector<std::uint8_t> to_bytes(const std::vector<float>& values, DType dtype) {
-  if (dtype == DType::F32) {
-    std::vector<std::uint8_t> out(values.size() * 4);
-    std::memcpy(out.data(), values.data(), out.size());
-    return out;
-  }
-  std::vector<std::uint8_t> out(values.size() * 2);
-  for (std::size_t i = 0; i < values.size(); ++i) {
-    const std::uint16_t h = dtype == DType::BF16 ? f32_to_bf16(values[i]) : f32_to_f16(values[i]);
-    std::memcpy(out.data() + 2 * i, &h, 2);
-  }
-  return out;
-}
 
 // One request's input on the host (for the CPU cache) and on the device (for append_batch).
 struct Input {
@@ -57,8 +42,8 @@ struct Input {
 
 Input make_input(std::mt19937_64& rng, std::uint32_t rows, std::uint32_t heads, std::uint32_t d, DType dtype) {
   Input in;
-  in.keys = to_bytes(random_rows(rng, std::size_t{rows} * heads, d, 1.0f, true), dtype);
-  in.values = to_bytes(random_rows(rng, std::size_t{rows} * heads, d, 1.0f, false), dtype);
+  in.keys = to_dtype(random_rows(rng, std::size_t{rows} * heads, d, 1.0f, true), dtype);
+  in.values = to_dtype(random_rows(rng, std::size_t{rows} * heads, d, 1.0f, false), dtype);
   in.device_keys = take(DeviceBuffer::allocate(std::max<std::size_t>(in.keys.size(), 4)));
   in.device_values = take(DeviceBuffer::allocate(std::max<std::size_t>(in.values.size(), 4)));
   EXPECT_TRUE(in.device_keys.upload(in.keys.data(), in.keys.size()).ok());
@@ -70,14 +55,7 @@ void expect_same_layer(const TurboQuantCache& cpu, const DeviceCache& gpu, std::
                        const std::string& where) {
   for (std::uint32_t s = 0; s < sequences; ++s) {
     ASSERT_EQ(cpu.length(layer, s), gpu.length(layer, s)) << where << " seq " << s;
-    const auto a = take(cpu.snapshot(layer, s));
-    const auto b = take(gpu.snapshot(layer, s));
-    EXPECT_EQ(a.window_begin, b.window_begin) << where << " seq " << s;
-    EXPECT_TRUE(a.key_codes == b.key_codes && a.key_signs == b.key_signs && a.key_norms == b.key_norms &&
-                a.key_residual_norms == b.key_residual_norms && a.value_codes == b.value_codes &&
-                a.value_norms == b.value_norms && a.window_keys == b.window_keys &&
-                a.window_values == b.window_values)
-        << where << " seq " << s << ": snapshot bytes differ";
+    expect_same_snapshot(take(cpu.snapshot(layer, s)), take(gpu.snapshot(layer, s)), where + " seq " + std::to_string(s));
   }
 }
 
@@ -120,36 +98,7 @@ TEST(CudaAppendBatch, MatchesTheCpuCacheAppendingOneByOne) {
       expect_same_layer(cpu, gpu, layer, shape.sequences, "round " + std::to_string(round));
     }
     // Decode over the batched appends (the device mirror of the lengths and window starts) against the oracle.
-    for (std::uint32_t layer : {0u, 1u}) {
-      const std::uint32_t q_heads = 8, d = shape.head_dim;
-      auto plan = take(gpu.plan_decode(layer, q_heads, shape.capacity));
-      auto ws = take(DeviceBuffer::allocate(plan.workspace_bytes));
-      const auto q = random_rows(rng, std::size_t{shape.sequences} * q_heads, d, 1.0f, false);
-      auto dq = take(DeviceBuffer::allocate(q.size() * 4));
-      ASSERT_TRUE(dq.upload(q.data(), q.size() * 4).ok());
-      auto dout = take(DeviceBuffer::allocate(q.size() * 4));
-      const Status s = gpu.decode(layer, plan, static_cast<const float*>(dq.data()), nullptr, 0.0f,
-                                  static_cast<float*>(dout.data()), ws.data());
-      ASSERT_TRUE(s.ok()) << s.error().to_string();
-      ASSERT_TRUE(synchronize().ok());
-      std::vector<float> out(q.size());
-      ASSERT_TRUE(dout.download(out.data(), out.size() * 4).ok());
-      std::vector<AttentionRequest> reqs;
-      std::vector<std::uint32_t> seqs;
-      for (std::uint32_t s2 = 0; s2 < shape.sequences; ++s2) {
-        if (cpu.length(layer, s2) == 0) continue;
-        reqs.push_back({s2, cpu.length(layer, s2) - 1, 1, q.data() + std::size_t{s2} * q_heads * d, out.data()});
-        seqs.push_back(s2);
-      }
-      AttentionOptions options;
-      options.q_heads = q_heads;
-      auto ref = take(kvcompact::tq::attention_oracle(cpu.view(layer), reqs, options));
-      const std::size_t row = std::size_t{q_heads} * d;
-      for (std::size_t i = 0; i < reqs.size(); ++i) {
-        std::vector<float> got(out.begin() + seqs[i] * row, out.begin() + (seqs[i] + 1) * row);
-        EXPECT_LE(max_row_relative_error(got, ref[i], row), 1e-3) << "layer " << layer << " seq " << seqs[i];
-      }
-    }
+    for (std::uint32_t layer : {0u, 1u}) expect_decode_matches_oracle(cpu, gpu, layer, 8, rng);
   }
 }
 

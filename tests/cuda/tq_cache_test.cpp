@@ -21,34 +21,22 @@
 #include "kvcompact/tq/cache.hpp"
 #include "unit/tq/attention_test_util.hpp"
 #include "cuda/cuda_test_util.hpp"
+#include "cuda/device_cache_checks.hpp"
 
 namespace kvcompact::cuda::tq {
 namespace {
 
+using kvcompact::cuda::testing::expect_decode_matches_oracle;
+using kvcompact::cuda::testing::expect_same_snapshot;
 using kvcompact::cuda::testing::take;
 
 using kvcompact::tq::AttentionOptions;
 using kvcompact::tq::AttentionRequest;
 using kvcompact::tq::CacheShape;
-using kvcompact::tq::LayerSnapshot;
 using kvcompact::tq::QuantConfig;
 using kvcompact::tq::TurboQuantCache;
 using kvcompact::tq::testing::fresh_seed;
-using kvcompact::tq::testing::max_row_relative_error;
 using kvcompact::tq::testing::random_rows;
-
-void expect_same_snapshot(const LayerSnapshot& a, const LayerSnapshot& b, const std::string& where) {
-  EXPECT_EQ(a.length, b.length) << where;
-  EXPECT_EQ(a.window_begin, b.window_begin) << where;
-  EXPECT_TRUE(a.key_codes == b.key_codes) << where << ": key codes differ";
-  EXPECT_TRUE(a.key_signs == b.key_signs) << where << ": key signs differ";
-  EXPECT_TRUE(a.key_norms == b.key_norms) << where << ": key norms differ";
-  EXPECT_TRUE(a.key_residual_norms == b.key_residual_norms) << where << ": residual norms differ";
-  EXPECT_TRUE(a.value_codes == b.value_codes) << where << ": value codes differ";
-  EXPECT_TRUE(a.value_norms == b.value_norms) << where << ": value norms differ";
-  EXPECT_TRUE(a.window_keys == b.window_keys) << where << ": window keys differ";
-  EXPECT_TRUE(a.window_values == b.window_values) << where << ": window values differ";
-}
 
 TEST(CudaCache, RandomTracesMatchTheCpuCache) {
   if (device_count() == 0) GTEST_SKIP() << "no CUDA device (cudaGetDeviceCount reports none)";
@@ -126,43 +114,7 @@ TEST(CudaCache, RandomTracesMatchTheCpuCache) {
       }
     }
     // Decode attention of the device cache against the float64 oracle over the CPU cache (same bytes).
-    for (std::uint32_t layer : {0u, 2u}) {
-      const std::uint32_t q_heads = 8;
-      auto plan = take(gpu.plan_decode(layer, q_heads, shape.capacity));
-      auto ws = take(DeviceBuffer::allocate(plan.workspace_bytes));
-      const auto q = random_rows(rng, std::size_t{shape.sequences} * q_heads, d, 1.0f, false);
-      auto dq = take(DeviceBuffer::allocate(q.size() * 4));
-      ASSERT_TRUE(dq.upload(q.data(), q.size() * 4).ok());
-      auto dout = take(DeviceBuffer::allocate(q.size() * 4));
-      ASSERT_TRUE(dout.fill(0xFF).ok());
-      const Status s = gpu.decode(layer, plan, static_cast<const float*>(dq.data()), nullptr, 0.0f,
-                                  static_cast<float*>(dout.data()), ws.data());
-      ASSERT_TRUE(s.ok()) << s.error().to_string();
-      ASSERT_TRUE(synchronize().ok());
-      std::vector<float> out(q.size());
-      ASSERT_TRUE(dout.download(out.data(), out.size() * 4).ok());
-      std::vector<AttentionRequest> reqs;
-      std::vector<std::uint32_t> seqs;
-      for (std::uint32_t s2 = 0; s2 < shape.sequences; ++s2) {
-        if (cpu.length(layer, s2) == 0) continue;
-        AttentionRequest r;
-        r.seq = s2;
-        r.first_position = cpu.length(layer, s2) - 1;
-        r.rows = 1;
-        r.queries = q.data() + std::size_t{s2} * q_heads * d;
-        r.output = out.data();
-        reqs.push_back(r);
-        seqs.push_back(s2);
-      }
-      AttentionOptions options;
-      options.q_heads = q_heads;
-      auto ref = take(kvcompact::tq::attention_oracle(cpu.view(layer), reqs, options));
-      const std::size_t row = std::size_t{q_heads} * d;
-      for (std::size_t i = 0; i < reqs.size(); ++i) {
-        std::vector<float> got(out.begin() + seqs[i] * row, out.begin() + (seqs[i] + 1) * row);
-        EXPECT_LE(max_row_relative_error(got, ref[i], row), 1e-3) << "layer " << layer << " seq " << seqs[i];
-      }
-    }
+    for (std::uint32_t layer : {0u, 2u}) expect_decode_matches_oracle(cpu, gpu, layer, 8, rng);
     // Bad input: NaN is reported and nothing becomes visible.
     const std::uint32_t seq = 0, layer = 0, length = gpu.length(0, 0);
     if (length < shape.capacity) {

@@ -1,0 +1,79 @@
+// Checks shared by the DeviceCache tests (tq_cache_test.cpp, tq_append_batch_test.cpp): a device cache against
+// a CPU TurboQuantCache that received the same operations — snapshot bytes field by field, and decode attention
+// against the float64 oracle over the CPU cache's bytes.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cuda/cuda_test_util.hpp"
+#include "kvcompact/cuda/runtime.hpp"
+#include "kvcompact/cuda/tq_cache.hpp"
+#include "kvcompact/tq/attention_oracle.hpp"
+#include "kvcompact/tq/cache.hpp"
+#include "unit/tq/attention_test_util.hpp"
+
+namespace kvcompact::cuda::testing {
+
+inline void expect_same_snapshot(const kvcompact::tq::LayerSnapshot& a, const kvcompact::tq::LayerSnapshot& b,
+                                 const std::string& where) {
+  EXPECT_EQ(a.length, b.length) << where;
+  EXPECT_EQ(a.window_begin, b.window_begin) << where;
+  EXPECT_TRUE(a.key_codes == b.key_codes) << where << ": key codes differ";
+  EXPECT_TRUE(a.key_signs == b.key_signs) << where << ": key signs differ";
+  EXPECT_TRUE(a.key_norms == b.key_norms) << where << ": key norms differ";
+  EXPECT_TRUE(a.key_residual_norms == b.key_residual_norms) << where << ": residual norms differ";
+  EXPECT_TRUE(a.value_codes == b.value_codes) << where << ": value codes differ";
+  EXPECT_TRUE(a.value_norms == b.value_norms) << where << ": value norms differ";
+  EXPECT_TRUE(a.window_keys == b.window_keys) << where << ": window keys differ";
+  EXPECT_TRUE(a.window_values == b.window_values) << where << ": window values differ";
+}
+
+// Decode attention of every non-empty sequence of `layer` (random queries, q_heads heads, no sinks) on the
+// device cache, within 1e-3 relative per row of the float64 oracle over the CPU cache.
+inline void expect_decode_matches_oracle(const kvcompact::tq::TurboQuantCache& cpu, tq::DeviceCache& gpu,
+                                         std::uint32_t layer, std::uint32_t q_heads, std::mt19937_64& rng) {
+  using kvcompact::tq::AttentionRequest;
+  const std::uint32_t d = gpu.head_dim(), sequences = gpu.sequences();
+  auto plan = take(gpu.plan_decode(layer, q_heads, gpu.capacity()));
+  auto ws = take(DeviceBuffer::allocate(plan.workspace_bytes));
+  const auto q = kvcompact::tq::testing::random_rows(rng, std::size_t{sequences} * q_heads, d, 1.0f, false);
+  auto dq = take(DeviceBuffer::allocate(q.size() * 4));
+  ASSERT_TRUE(dq.upload(q.data(), q.size() * 4).ok());
+  auto dout = take(DeviceBuffer::allocate(q.size() * 4));
+  ASSERT_TRUE(dout.fill(0xFF).ok());
+  const Status s = gpu.decode(layer, plan, static_cast<const float*>(dq.data()), nullptr, 0.0f,
+                              static_cast<float*>(dout.data()), ws.data());
+  ASSERT_TRUE(s.ok()) << s.error().to_string();
+  ASSERT_TRUE(synchronize().ok());
+  std::vector<float> out(q.size());
+  ASSERT_TRUE(dout.download(out.data(), out.size() * 4).ok());
+  std::vector<AttentionRequest> reqs;
+  std::vector<std::uint32_t> seqs;
+  for (std::uint32_t s2 = 0; s2 < sequences; ++s2) {
+    if (cpu.length(layer, s2) == 0) continue;
+    AttentionRequest r;
+    r.seq = s2;
+    r.first_position = cpu.length(layer, s2) - 1;
+    r.rows = 1;
+    r.queries = q.data() + std::size_t{s2} * q_heads * d;
+    r.output = out.data();
+    reqs.push_back(r);
+    seqs.push_back(s2);
+  }
+  kvcompact::tq::AttentionOptions options;
+  options.q_heads = q_heads;
+  auto ref = take(kvcompact::tq::attention_oracle(cpu.view(layer), reqs, options));
+  const std::size_t row = std::size_t{q_heads} * d;
+  for (std::size_t i = 0; i < reqs.size(); ++i) {
+    std::vector<float> got(out.begin() + seqs[i] * row, out.begin() + (seqs[i] + 1) * row);
+    EXPECT_LE(kvcompact::tq::testing::max_row_relative_error(got, ref[i], row), 1e-3)
+        << "layer " << layer << " seq " << seqs[i];
+  }
+}
+
+}  // namespace kvcompact::cuda::testing
