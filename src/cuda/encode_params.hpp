@@ -33,6 +33,28 @@ struct EncodeParams {
   std::uint32_t dtype;  // 0 f32, 1 f16, 2 bf16
 };
 
+// The request part of one fast-kernel encode: a launch encodes up to kEncodeBatchMax requests of one layer and
+// one input dtype (EncodeParams holds the layer's part; its request fields are not read by the fast kernel).
+// Steps are numbered request after request; first_step is set by the launcher. A kernel parameter, not device
+// memory: a batched launch needs no upload and can be captured in a CUDA graph.
+inline constexpr unsigned kEncodeBatchMax = 32;
+struct EncodeSegment {
+  const void* keys;    // [rows, kv_heads, head_dim]
+  const void* values;  // [rows, kv_heads, head_dim]
+  std::uint32_t* status;
+  std::uint32_t seq, position, rows;
+  std::uint32_t first_step;
+};
+template <unsigned N>
+struct EncodeSegments {
+  std::uint32_t count;        // 1 .. N
+  std::uint32_t total_steps;  // Σ steps of the requests (< 2^31)
+  EncodeSegment segment[N];
+};
+// A batched launch's parameter; a single request's launch passes EncodeSegments<1> (a kernel's parameters are
+// copied at every launch: 1.3 KB cost the single-request launches ≈ 1 %, docs/cuda-encode.md).
+using EncodeBatch = EncodeSegments<kEncodeBatchMax>;
+
 // Which kernel launch_encode would pick (for diagnostics and tests).
 enum class EncodePath : std::uint32_t { General = 0, Fast = 1 };
 EncodePath encode_path(const EncodeParams& p);
@@ -45,5 +67,14 @@ cudaError_t prepare_encode(std::uint32_t head_dim, bool has_qjl, bool norm_corre
 // Picks the fast kernel when encode_path says so, the general one otherwise; sizes the grid itself.
 // `force_general` runs the general kernel whatever the shape (the encode benchmark compares the two).
 cudaError_t launch_encode(const EncodeParams& p, cudaStream_t stream, bool force_general = false);
+
+// Steps of the fast kernel for `rows` rows (a warp step is 32·32/head_dim rows of one KV head and kind).
+std::uint64_t fast_encode_steps(std::uint32_t rows, std::uint32_t head_dim, std::uint32_t kv_heads);
+
+// One fast-kernel launch for `count` (1 .. kEncodeBatchMax) requests of the layer and input dtype of `p`: every
+// request must take the fast path (encode_path of `p` with its fields) and their steps must total < 2^31
+// (cudaErrorInvalidValue otherwise). Each request's verdict goes to its own status word.
+cudaError_t launch_encode_batch(const EncodeParams& p, const EncodeSegment* segments, std::uint32_t count,
+                                cudaStream_t stream);
 
 }  // namespace kvcompact::cuda::tq::detail

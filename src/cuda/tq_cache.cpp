@@ -144,30 +144,30 @@ Status DeviceCache::append_batch(std::uint32_t layer, std::span<const AppendRequ
   }
   auto* status = static_cast<std::uint32_t*>(status_.data());
   KVC_CUDA_TRY(cudaMemsetAsync(status, 0, 4ull * n, s));
-  // Launch every encode; a launch that fails ends the batch there: the requests before it are still checked
-  // and committed below (as appends called one by one would have stored them), it and the rest are not.
-  Status launched = ok_status();
-  std::size_t attempted = 0;
-  for (; attempted < n; ++attempted) {
-    const AppendRequest& r = requests[attempted];
-    if (r.rows == 0) continue;
-    EncodeRequest req;
-    req.seq = r.seq;
-    req.position = r.position;
-    req.rows = r.rows;
-    req.dtype = r.dtype;
-    req.keys = r.keys;
-    req.values = r.values;
-    req.status = status + attempted;
-    launched = encode_append(l.layout, *l.codec, l.data.data(), req, stream);
-    if (!launched.ok()) break;
+  // One encode_append_batch: the fast kernel's requests share launches (one per input dtype and 32 requests).
+  std::vector<EncodeRequest> encodes(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const AppendRequest& r = requests[i];
+    encodes[i] = EncodeRequest{r.seq, r.position, r.rows, r.dtype, r.keys, r.values, status + i};
+  }
+  const Status launched = encode_append_batch(l.layout, *l.codec, l.data.data(), encodes, stream);
+  if (!launched.ok()) {
+    // A launch failed (the checks above passed, so this is a CUDA error): nothing of the batch is committed, and
+    // as the launches before it may have run, every ring slot they could have written leaves the window.
+    if (l.layout.exact_window > 0) {
+      for (const AppendRequest& r : requests) {
+        if (r.rows > 0) l.window_begins[r.seq] = l.lengths[r.seq];
+      }
+      (void)sync_positions(layer);  // best effort: the launch error is what the caller needs to see
+    }
+    return launched;
   }
   // One wait for all of them: the kernels' verdicts on the input.
   std::vector<std::uint32_t> flags(n, 0);
-  KVC_CUDA_TRY(cudaMemcpyAsync(flags.data(), status, 4ull * attempted, cudaMemcpyDeviceToHost, s));
+  KVC_CUDA_TRY(cudaMemcpyAsync(flags.data(), status, 4ull * n, cudaMemcpyDeviceToHost, s));
   KVC_CUDA_TRY(cudaStreamSynchronize(s));
   Status first_error = ok_status();
-  for (std::size_t i = 0; i < attempted; ++i) {
+  for (std::size_t i = 0; i < n; ++i) {
     const AppendRequest& r = requests[i];
     if (r.rows == 0) continue;
     if (flags[i] == 0) {
@@ -189,7 +189,6 @@ Status DeviceCache::append_batch(std::uint32_t layer, std::span<const AppendRequ
     }
   }
   KVC_TRY(sync_positions(layer));  // one upload commits every sequence of the batch
-  if (!launched.ok()) return launched;
   return first_error;
 }
 

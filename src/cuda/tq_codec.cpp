@@ -7,6 +7,7 @@
 #include <span>
 #include <limits>
 #include <utility>
+#include <vector>
 
 #include "check.hpp"
 #include "kvcompact/core/dtypes.hpp"
@@ -89,12 +90,12 @@ Result<DeviceCodec> DeviceCodec::create(const LayerCodec& codec) {
   return Result<DeviceCodec>(std::move(out));
 }
 
-Status encode_append(const LayerLayout& layout, const DeviceCodec& codec, void* layer_data,
-                     const EncodeRequest& request, void* stream) {
-  if (codec.head_dim() != layout.head_dim) {
-    return make_error(ErrorCode::Mismatch, "codec head_dim {} != layout head_dim {}", codec.head_dim(),
-                      layout.head_dim);
-  }
+namespace {
+
+// encode_append's checks of one request (the codec's head_dim is checked once per batch); the kernels' dtype
+// code (EncodeParams::dtype) on success. Requests of 0 rows pass once their range is checked.
+Result<std::uint32_t> check_request(const LayerLayout& layout, const DeviceCodec& codec, void* layer_data,
+                                    const EncodeRequest& request) {
   if (request.seq >= layout.sequences) {
     return make_error(ErrorCode::OutOfRange, "sequence {} out of range (layout has {})", request.seq,
                       layout.sequences);
@@ -103,7 +104,7 @@ Status encode_append(const LayerLayout& layout, const DeviceCodec& codec, void* 
     return make_error(ErrorCode::CapacityExceeded, "append of {} rows at position {} exceeds capacity {}",
                       request.rows, request.position, layout.capacity);
   }
-  if (request.rows == 0) return ok_status();
+  if (request.rows == 0) return 0u;
   if (layer_data == nullptr || request.keys == nullptr || request.values == nullptr) {
     return make_error(ErrorCode::InvalidArgument, "encode_append needs layer data, keys and values");
   }
@@ -121,7 +122,78 @@ Status encode_append(const LayerLayout& layout, const DeviceCodec& codec, void* 
   if (detail::encode_path(p) == detail::EncodePath::General && (items + kEncodeWarps - 1) / kEncodeWarps > 0x7fffffffu) {
     return make_error(ErrorCode::Overflow, "encode of {} items needs too many blocks", items);
   }
+  return dtype;
+}
+
+// The fast kernel's requests of one input dtype, launched kEncodeBatchMax at a time.
+struct PendingFastLaunch {
+  EncodeParams layer{};  // the layer's fields and the dtype (any request's parameters of this dtype)
+  detail::EncodeSegment segments[detail::kEncodeBatchMax]{};
+  std::uint32_t count = 0;
+
+  Status flush(cudaStream_t stream) {
+    if (count == 0) return ok_status();
+    const cudaError_t err = detail::launch_encode_batch(layer, segments, count, stream);
+    count = 0;
+    KVC_CUDA_TRY(err);
+    return ok_status();
+  }
+};
+
+Status check_codec(const LayerLayout& layout, const DeviceCodec& codec) {
+  if (codec.head_dim() != layout.head_dim) {
+    return make_error(ErrorCode::Mismatch, "codec head_dim {} != layout head_dim {}", codec.head_dim(),
+                      layout.head_dim);
+  }
+  return ok_status();
+}
+
+}  // namespace
+
+// One request: no allocation and no batch bookkeeping on the way to the launch (a step's host time before the
+// launch is GPU idle time; docs/cuda-encode.md, "Batched launches").
+Status encode_append(const LayerLayout& layout, const DeviceCodec& codec, void* layer_data,
+                     const EncodeRequest& request, void* stream) {
+  KVC_TRY(check_codec(layout, codec));
+  KVC_ASSIGN_OR_RETURN(const std::uint32_t dtype, check_request(layout, codec, layer_data, request));
+  if (request.rows == 0) return ok_status();
+  const EncodeParams p = detail::make_encode_params(layout, codec, layer_data, request, dtype);
   KVC_CUDA_TRY(detail::launch_encode(p, static_cast<cudaStream_t>(stream)));
+  return ok_status();
+}
+
+Status encode_append_batch(const LayerLayout& layout, const DeviceCodec& codec, void* layer_data,
+                           std::span<const EncodeRequest> requests, void* stream) {
+  KVC_TRY(check_codec(layout, codec));
+  std::vector<std::uint32_t> dtypes(requests.size());
+  std::vector<bool> seen(requests.size() > 1 ? layout.sequences : 0, false);
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    KVC_ASSIGN_OR_RETURN(dtypes[i], check_request(layout, codec, layer_data, requests[i]));
+    if (requests.size() > 1) {
+      // One launch may run two requests at once: a sequence twice could write the same ring slots.
+      if (seen[requests[i].seq]) {
+        return make_error(ErrorCode::InvalidArgument, "encode_append_batch: sequence {} appears more than once",
+                          requests[i].seq);
+      }
+      seen[requests[i].seq] = true;
+    }
+  }
+  const auto s = static_cast<cudaStream_t>(stream);
+  PendingFastLaunch fast[3];  // by dtype code
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    const EncodeRequest& r = requests[i];
+    if (r.rows == 0) continue;
+    const EncodeParams p = detail::make_encode_params(layout, codec, layer_data, r, dtypes[i]);
+    if (detail::encode_path(p) == detail::EncodePath::General) {
+      KVC_CUDA_TRY(detail::launch_encode(p, s));
+      continue;
+    }
+    PendingFastLaunch& pending = fast[dtypes[i]];
+    if (pending.count == 0) pending.layer = p;
+    pending.segments[pending.count++] = {r.keys, r.values, r.status, r.seq, r.position, r.rows, 0};
+    if (pending.count == detail::kEncodeBatchMax) KVC_TRY(pending.flush(s));
+  }
+  for (PendingFastLaunch& pending : fast) KVC_TRY(pending.flush(s));
   return ok_status();
 }
 

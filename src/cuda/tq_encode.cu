@@ -576,8 +576,12 @@ __device__ __forceinline__ void fast_tail_dispatch(float (&y)[32], const TailArg
   }
 }
 
-template <unsigned D, unsigned DT, bool NC, bool QJL>
-__global__ void __launch_bounds__(kEncodeFastWarps * 32, 2) encode_fast_kernel(EncodeParams p) {
+// kBatched: the launch encodes several requests (batch.count > 1). The single-request instance reads its request
+// at a fixed parameter offset and never looks one up: the lookups (indexed constant loads in every step) cost it
+// 2–7 % in a same-run A/B (docs/cuda-encode.md, "Batched launches").
+template <unsigned D, unsigned DT, bool NC, bool QJL, bool kBatched>
+__global__ void __launch_bounds__(kEncodeFastWarps * 32, 2)
+    encode_fast_kernel(EncodeParams p, const __grid_constant__ EncodeSegments<kBatched ? kEncodeBatchMax : 1> batch) {
   using F = Fast<D>;
   __shared__ FastTables tab;
   __shared__ __align__(16) std::uint8_t stage_codes[kEncodeFastWarps][kStageBytes];
@@ -641,26 +645,50 @@ __global__ void __launch_bounds__(kEncodeFastWarps * 32, 2) encode_fast_kernel(E
   __syncthreads();
 
   const std::uint32_t H = p.kv_heads;
-  const std::uint32_t pblocks = (p.rows + F::R - 1) / F::R;
-  const std::uint32_t total = pblocks * 2u * H;  // launcher guarantees < 2^31
+  const std::uint32_t total = batch.total_steps;  // launcher guarantees < 2^31
   const std::uint32_t stride = gridDim.x * kEncodeFastWarps;
   std::uint32_t g = blockIdx.x * kEncodeFastWarps + warp;
 
-  // Step g = pb · 2H + rem -> (position block pb, kind, head): neighbouring warps read neighbouring heads of the
-  // same rows. A warp's steps advance by `stride`, so it keeps (pb, rem) of its current step and of the step it
-  // prefetches and advances them without a division.
+  // Step g lies in request r (first_step[r] ≤ g < end); its local step pb · 2H + rem -> (position block pb,
+  // kind, head): neighbouring warps read neighbouring heads of the same rows. A warp's steps advance by
+  // `stride`, so it keeps (r, pb, rem) of its current step and of the step it prefetches and advances them
+  // without a division while it stays in one request.
   struct Cursor {
-    std::uint32_t g, pb, rem;
+    std::uint32_t g, pb, rem, r, end;
   };
   const std::uint32_t two_h = 2u * H, stride_pb = stride / two_h, stride_rem = stride % two_h;
-  auto cursor_at = [&](std::uint32_t gg) { return Cursor{gg, gg / two_h, gg % two_h}; };
+  auto locate = [&](Cursor& c, std::uint32_t from) {
+    if constexpr (!kBatched) {
+      c.r = 0;
+      c.end = total;
+      c.pb = c.g / two_h;
+      c.rem = c.g % two_h;
+      return;
+    }
+    std::uint32_t r = from;
+    while (r + 1 < batch.count && c.g >= batch.segment[r + 1].first_step) ++r;
+    c.r = r;
+    c.end = r + 1 < batch.count ? batch.segment[r + 1].first_step : total;
+    const std::uint32_t local = c.g - batch.segment[r].first_step;
+    c.pb = local / two_h;
+    c.rem = local % two_h;
+  };
+  auto cursor_at = [&](std::uint32_t gg) {
+    Cursor c{gg, 0, 0, 0, 0};
+    locate(c, 0);
+    return c;
+  };
   auto advance = [&](Cursor& c) {
     c.g += stride;
-    c.pb += stride_pb;
-    c.rem += stride_rem;
-    if (c.rem >= two_h) {
-      c.rem -= two_h;
-      ++c.pb;
+    if (c.g < c.end) {
+      c.pb += stride_pb;
+      c.rem += stride_rem;
+      if (c.rem >= two_h) {
+        c.rem -= two_h;
+        ++c.pb;
+      }
+    } else if (kBatched && c.g < total) {
+      locate(c, c.r);  // the next request (past the last one the cursor is out of range and never read)
     }
   };
 
@@ -671,8 +699,9 @@ __global__ void __launch_bounds__(kEncodeFastWarps * 32, 2) encode_fast_kernel(E
     const std::uint32_t kind = c.rem >= H ? 1u : 0u;
     const std::uint32_t head = c.rem - kind * H;
     const std::uint32_t row = c.pb * F::R + rr;
-    fast_issue<D, DT>(ring + stage * RawOf<DT>::kVecs * 32u, kind ? p.values : p.keys,
-                      static_cast<std::uint64_t>(row) * H + head, t, lane, in_range && row < p.rows);
+    const EncodeSegment& req = batch.segment[kBatched ? c.r : 0u];
+    fast_issue<D, DT>(ring + stage * RawOf<DT>::kVecs * 32u, kind ? req.values : req.keys,
+                      static_cast<std::uint64_t>(row) * H + head, t, lane, in_range && row < req.rows);
   };
   Cursor now = cursor_at(g);
   issue(now, 0);
@@ -684,12 +713,13 @@ __global__ void __launch_bounds__(kEncodeFastWarps * 32, 2) encode_fast_kernel(E
     // (main_mask likewise, for f32 only: the 16-bit instances read their signs from pair_masks.)
     asm volatile("" : "+r"(qjl_mask));
     if constexpr (DT == 0) asm volatile("" : "+r"(main_mask));
+    const EncodeSegment& req = batch.segment[kBatched ? now.r : 0u];
     const std::uint32_t pb = now.pb;
     const std::uint32_t kind = now.rem >= H ? 1u : 0u;
     const std::uint32_t head = now.rem - kind * H;
     const std::uint32_t row = pb * F::R + rr;
-    const bool valid = row < p.rows;
-    const std::uint32_t rows_here = min(F::R, p.rows - pb * F::R);
+    const bool valid = row < req.rows;
+    const std::uint32_t rows_here = min(F::R, req.rows - pb * F::R);
 
     // Two steps ahead into the stage freed by the previous step; then this step's copies (issued two groups
     // ago) are complete. Each lane reads back only what it copied itself, so no barrier is needed.
@@ -706,13 +736,13 @@ __global__ void __launch_bounds__(kEncodeFastWarps * 32, 2) encode_fast_kernel(E
       for (unsigned i = 0; i < 4; ++i) signs.pairs[i] = pair_masks[i][threadIdx.x];
     }
 
-    const std::uint32_t position = p.position + row;
+    const std::uint32_t position = req.position + row;
     const std::uint64_t slot0 =
-        (static_cast<std::uint64_t>(p.seq) * H + head) * p.capacity + p.position + pb * F::R;
+        (static_cast<std::uint64_t>(req.seq) * H + head) * p.capacity + req.position + pb * F::R;
 
     // Exact window: the f32 row to ring slot position mod W (only the last W rows of the append).
-    if (p.window > 0 && valid && row + p.window >= p.rows) {
-      const std::uint64_t wrow = (static_cast<std::uint64_t>(p.seq) * H + head) * p.window + position % p.window;
+    if (p.window > 0 && valid && row + p.window >= req.rows) {
+      const std::uint64_t wrow = (static_cast<std::uint64_t>(req.seq) * H + head) * p.window + position % p.window;
       float4* dst = reinterpret_cast<float4*>(p.layer + (kind ? p.window_values_offset : p.window_keys_offset)) +
                     wrow * (D / 4);
 #pragma unroll
@@ -744,7 +774,7 @@ __global__ void __launch_bounds__(kEncodeFastWarps * 32, 2) encode_fast_kernel(E
     const double norm = __dsqrt_rn(sum);
     const bool overflow = finite && norm > static_cast<double>(kFloatMax);
     const bool good = finite && !overflow && norm != 0.0;
-    if (valid && t == 0 && p.status != nullptr && (!finite || overflow)) atomicOr(p.status, !finite ? 1u : 2u);
+    if (valid && t == 0 && req.status != nullptr && (!finite || overflow)) atomicOr(req.status, !finite ? 1u : 2u);
 
     // u = RN32(x · RN32(1/‖x‖)), the codec's normalisation (normalise.hpp); rows of extreme norm divide in
     // float64 instead, out of line.
@@ -799,7 +829,7 @@ constexpr int kRememberedDevices = 64;
 // grid's size. Asked of the runtime once per instance and device, not per append: the occupancy query costs
 // microseconds of host time, and a benchmark's event-timed append (or a user's decode step) would wait for it
 // with the GPU idle. The answer depends only on the kernel and the device, so caching it changes no launch.
-template <unsigned D, unsigned DT, bool NC, bool QJL>
+template <unsigned D, unsigned DT, bool NC, bool QJL, bool kBatched>
 cudaError_t fast_resident_blocks(std::uint32_t& resident) {
   static std::atomic<std::uint32_t> remembered[kRememberedDevices];  // 0: not asked yet on that device
   int device = 0;
@@ -813,7 +843,7 @@ cudaError_t fast_resident_blocks(std::uint32_t& resident) {
   int sms = 0, per_sm = 0;
   err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
   if (err == cudaSuccess) {
-    err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, encode_fast_kernel<D, DT, NC, QJL>,
+    err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, encode_fast_kernel<D, DT, NC, QJL, kBatched>,
                                                         kEncodeFastWarps * 32, fast_ring_bytes<DT>());
   }
   if (err != cudaSuccess) return err;
@@ -822,42 +852,75 @@ cudaError_t fast_resident_blocks(std::uint32_t& resident) {
   return cudaSuccess;
 }
 
-template <unsigned D, unsigned DT, bool NC, bool QJL>
-cudaError_t launch_fast(const EncodeParams& p, std::uint32_t total, cudaStream_t stream) {
+template <unsigned D, unsigned DT, bool NC, bool QJL, bool kBatched, unsigned N>
+cudaError_t launch_fast_instance(const EncodeParams& p, const EncodeSegments<N>& batch, cudaStream_t stream) {
   std::uint32_t resident = 0;
-  const cudaError_t err = fast_resident_blocks<D, DT, NC, QJL>(resident);
+  const cudaError_t err = fast_resident_blocks<D, DT, NC, QJL, kBatched>(resident);
   if (err != cudaSuccess) return err;
-  const std::uint32_t wanted = (total + kEncodeFastWarps - 1) / kEncodeFastWarps;
+  const std::uint32_t wanted = (batch.total_steps + kEncodeFastWarps - 1) / kEncodeFastWarps;
   const std::uint32_t blocks = wanted < resident ? wanted : resident;
-  encode_fast_kernel<D, DT, NC, QJL><<<blocks, kEncodeFastWarps * 32, fast_ring_bytes<DT>(), stream>>>(p);
+  encode_fast_kernel<D, DT, NC, QJL, kBatched>
+      <<<blocks, kEncodeFastWarps * 32, fast_ring_bytes<DT>(), stream>>>(p, batch);
   return cudaGetLastError();
 }
 
-template <unsigned D, unsigned DT>
-cudaError_t launch_fast_family(const EncodeParams& p, std::uint32_t total, cudaStream_t stream) {
+// The dispatch from the parameters' head_dim, dtype and family to an instance; N = 1: the single-request one.
+template <unsigned D, unsigned DT, unsigned N>
+cudaError_t launch_fast_family(const EncodeParams& p, const EncodeSegments<N>& batch, cudaStream_t stream) {
+  constexpr bool kBatched = N > 1;
   if (p.has_qjl != 0) {
-    return p.norm_correction != 0 ? launch_fast<D, DT, true, true>(p, total, stream)
-                                  : launch_fast<D, DT, false, true>(p, total, stream);
+    return p.norm_correction != 0 ? launch_fast_instance<D, DT, true, true, kBatched>(p, batch, stream)
+                                  : launch_fast_instance<D, DT, false, true, kBatched>(p, batch, stream);
   }
-  return p.norm_correction != 0 ? launch_fast<D, DT, true, false>(p, total, stream)
-                                : launch_fast<D, DT, false, false>(p, total, stream);
+  return p.norm_correction != 0 ? launch_fast_instance<D, DT, true, false, kBatched>(p, batch, stream)
+                                : launch_fast_instance<D, DT, false, false, kBatched>(p, batch, stream);
 }
 
-template <unsigned D>
-cudaError_t launch_fast_dtype(const EncodeParams& p, std::uint32_t total, cudaStream_t stream) {
-  if (p.dtype == 0) return launch_fast_family<D, 0>(p, total, stream);
-  if (p.dtype == 1) return launch_fast_family<D, 1>(p, total, stream);
-  return launch_fast_family<D, 2>(p, total, stream);
+template <unsigned D, unsigned N>
+cudaError_t launch_fast_dtype(const EncodeParams& p, const EncodeSegments<N>& batch, cudaStream_t stream) {
+  if (p.dtype == 0) return launch_fast_family<D, 0>(p, batch, stream);
+  if (p.dtype == 1) return launch_fast_family<D, 1>(p, batch, stream);
+  return launch_fast_family<D, 2>(p, batch, stream);
+}
+
+template <unsigned N>
+cudaError_t launch_fast_segments(const EncodeParams& p, const EncodeSegments<N>& batch, cudaStream_t stream) {
+  if (p.head_dim == 64) return launch_fast_dtype<64>(p, batch, stream);
+  if (p.head_dim == 128) return launch_fast_dtype<128>(p, batch, stream);
+  return launch_fast_dtype<256>(p, batch, stream);
+}
+
+// Copies the requests into the launch's parameter and numbers their steps; false when they total 2^31 or more.
+template <unsigned N>
+bool number_steps(const EncodeParams& p, const EncodeSegment* segments, std::uint32_t count, EncodeSegments<N>& batch) {
+  batch.count = count;
+  std::uint64_t steps = 0;
+  for (std::uint32_t i = 0; i < count; ++i) {
+    batch.segment[i] = segments[i];
+    batch.segment[i].first_step = static_cast<std::uint32_t>(steps);
+    steps += fast_encode_steps(segments[i].rows, p.head_dim, p.kv_heads);
+    if (steps >= (1ull << 31)) return false;
+  }
+  batch.total_steps = static_cast<std::uint32_t>(steps);
+  return true;
 }
 
 template <unsigned D, unsigned DT>
 cudaError_t prepare_fast_dtype(bool has_qjl, bool norm_correction) {
-  const auto set = [](auto kernel) {
+  const auto set_one = [](auto kernel) {
     return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                 static_cast<int>(fast_ring_bytes<DT>()));
   };
-  if (has_qjl) return norm_correction ? set(encode_fast_kernel<D, DT, true, true>) : set(encode_fast_kernel<D, DT, false, true>);
-  return norm_correction ? set(encode_fast_kernel<D, DT, true, false>) : set(encode_fast_kernel<D, DT, false, false>);
+  const auto set = [&](auto single, auto batched) {  // both instances of a family
+    const cudaError_t err = set_one(single);
+    return err != cudaSuccess ? err : set_one(batched);
+  };
+  if (has_qjl) {
+    return norm_correction ? set(encode_fast_kernel<D, DT, true, true, false>, encode_fast_kernel<D, DT, true, true, true>)
+                           : set(encode_fast_kernel<D, DT, false, true, false>, encode_fast_kernel<D, DT, false, true, true>);
+  }
+  return norm_correction ? set(encode_fast_kernel<D, DT, true, false, false>, encode_fast_kernel<D, DT, true, false, true>)
+                         : set(encode_fast_kernel<D, DT, false, false, false>, encode_fast_kernel<D, DT, false, false, true>);
 }
 
 template <unsigned D>
@@ -868,12 +931,14 @@ cudaError_t prepare_fast(bool has_qjl, bool norm_correction) {
   return err;
 }
 
-std::uint64_t fast_steps(const EncodeParams& p) {
-  const std::uint64_t rows_per_step = 1024u / p.head_dim;
-  return (p.rows + rows_per_step - 1) / rows_per_step * 2u * p.kv_heads;
-}
+std::uint64_t fast_steps(const EncodeParams& p) { return fast_encode_steps(p.rows, p.head_dim, p.kv_heads); }
 
 }  // namespace
+
+std::uint64_t fast_encode_steps(std::uint32_t rows, std::uint32_t head_dim, std::uint32_t kv_heads) {
+  const std::uint64_t rows_per_step = 1024u / head_dim;
+  return (rows + rows_per_step - 1) / rows_per_step * 2u * kv_heads;
+}
 
 EncodePath encode_path(const EncodeParams& p) {
   const bool dim = p.head_dim == 64 || p.head_dim == 128 || p.head_dim == 256;
@@ -893,10 +958,8 @@ cudaError_t prepare_encode(std::uint32_t head_dim, bool has_qjl, bool norm_corre
 cudaError_t launch_encode(const EncodeParams& p, cudaStream_t stream, bool force_general) {
   if (p.rows == 0 || p.kv_heads == 0) return cudaSuccess;  // nothing to encode (and no empty grid to launch)
   if (!force_general && encode_path(p) == EncodePath::Fast) {
-    const auto total = static_cast<std::uint32_t>(fast_steps(p));
-    if (p.head_dim == 64) return launch_fast_dtype<64>(p, total, stream);
-    if (p.head_dim == 128) return launch_fast_dtype<128>(p, total, stream);
-    return launch_fast_dtype<256>(p, total, stream);
+    const EncodeSegment one{p.keys, p.values, p.status, p.seq, p.position, p.rows, 0};
+    return launch_encode_batch(p, &one, 1, stream);
   }
   const std::uint64_t items = static_cast<std::uint64_t>(p.rows) * p.kv_heads * 2u;
   const std::uint64_t blocks = (items + kEncodeWarps - 1) / kEncodeWarps;
@@ -909,6 +972,19 @@ cudaError_t launch_encode(const EncodeParams& p, cudaStream_t stream, bool force
   }
   encode_kernel<<<static_cast<unsigned>(blocks), kEncodeWarps * 32, smem, stream>>>(p);
   return cudaGetLastError();
+}
+
+cudaError_t launch_encode_batch(const EncodeParams& p, const EncodeSegment* segments, std::uint32_t count,
+                                cudaStream_t stream) {
+  if (count == 0 || count > kEncodeBatchMax) return cudaErrorInvalidValue;
+  if (count == 1) {
+    EncodeSegments<1> one;
+    if (!number_steps(p, segments, 1, one)) return cudaErrorInvalidValue;
+    return one.total_steps == 0 ? cudaSuccess : launch_fast_segments(p, one, stream);
+  }
+  EncodeBatch batch{};
+  if (!number_steps(p, segments, count, batch)) return cudaErrorInvalidValue;
+  return batch.total_steps == 0 ? cudaSuccess : launch_fast_segments(p, batch, stream);  // 0: only empty requests
 }
 
 }  // namespace kvcompact::cuda::tq::detail

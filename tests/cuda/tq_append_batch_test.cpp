@@ -15,8 +15,11 @@
 
 #include "kvcompact/core/dtypes.hpp"
 #include "kvcompact/cuda/runtime.hpp"
+#include "kvcompact/cuda/tq.hpp"
 #include "kvcompact/cuda/tq_cache.hpp"
 #include "kvcompact/tq/cache.hpp"
+#include "kvcompact/tq/codec.hpp"
+#include "kvcompact/tq/layout.hpp"
 #include "unit/tq/attention_test_util.hpp"
 #include "cuda/cuda_test_util.hpp"
 #include "cuda/device_cache_checks.hpp"
@@ -100,6 +103,141 @@ TEST(CudaAppendBatch, MatchesTheCpuCacheAppendingOneByOne) {
     // Decode over the batched appends (the device mirror of the lengths and window starts) against the oracle.
     for (std::uint32_t layer : {0u, 1u}) expect_decode_matches_oracle(cpu, gpu, layer, 8, rng);
   }
+}
+
+// Device copies of an input shifted by `shift` bytes from their 256-byte aligned allocation: a shift that is not a
+// multiple of 16 sends the request to the general encode kernel (the fast one needs 16-byte aligned rows).
+struct ShiftedInput {
+  DeviceBuffer keys, values;
+  std::size_t shift = 0;
+  const void* key_rows() const { return static_cast<const std::uint8_t*>(keys.data()) + shift; }
+  const void* value_rows() const { return static_cast<const std::uint8_t*>(values.data()) + shift; }
+};
+
+ShiftedInput shifted_copy(const Input& in, std::size_t shift) {
+  ShiftedInput out;
+  out.shift = shift;
+  out.keys = take(DeviceBuffer::allocate(in.keys.size() + 16));
+  out.values = take(DeviceBuffer::allocate(in.values.size() + 16));
+  EXPECT_TRUE(out.keys.upload(in.keys.data(), in.keys.size(), shift).ok());
+  EXPECT_TRUE(out.values.upload(in.values.data(), in.values.size(), shift).ok());
+  return out;
+}
+
+// More requests than one encode launch takes (kEncodeBatchMax = 32 per input dtype), three dtypes and
+// misaligned inputs (the general kernel) in one batch: the launches share the requests out, and every byte must
+// still be what the CPU cache stores appending one by one.
+TEST(CudaAppendBatch, ManySequencesMixedDtypesAndKernels) {
+  if (device_count() == 0) GTEST_SKIP() << "no CUDA device (cudaGetDeviceCount reports none)";
+  for (const std::uint32_t d : {64u, 128u, 256u}) {
+    const char* mode = d == 128 ? "k=mse4,v=mse3,nc,w=4" : d == 64 ? "k=prod3,v=mse2" : "k=mse3,v=mse4";
+    const std::uint64_t seed = fresh_seed();
+    SCOPED_TRACE(std::string("mode ") + mode + " d " + std::to_string(d) + " seed " + std::to_string(seed));
+    std::mt19937_64 rng(seed);
+    const QuantConfig config = *QuantConfig::parse(mode, seed);
+    CacheShape shape;
+    shape.head_dim = d;
+    shape.kv_heads = {3};
+    shape.sequences = 75;
+    shape.capacity = 40;
+    auto cpu = take(TurboQuantCache::create(shape, config));
+    auto gpu = take(DeviceCache::create(shape, config));
+    const DType dtypes[] = {DType::F32, DType::BF16, DType::F16};
+    for (int round = 0; round < 4; ++round) {
+      // Every sequence but a few, in random order; round 0 appends 0–20 rows, the others one row (a decode step).
+      std::vector<std::uint32_t> seqs(shape.sequences);
+      std::iota(seqs.begin(), seqs.end(), 0u);
+      std::shuffle(seqs.begin(), seqs.end(), rng);
+      seqs.resize(shape.sequences - rng() % 4);
+      // Mostly one dtype, as a model's step is; in round 2 every request draws its own.
+      const DType step_dtype = dtypes[rng() % 3];
+      std::vector<Input> inputs;
+      std::vector<ShiftedInput> shifted;
+      std::vector<AppendRequest> requests;
+      inputs.reserve(seqs.size());
+      shifted.reserve(seqs.size());
+      for (std::uint32_t s : seqs) {
+        const std::uint32_t length = cpu.length(0, s);
+        const std::uint32_t rows = round == 0 ? static_cast<std::uint32_t>(rng() % 21) : 1u;
+        const DType dtype = round == 2 ? dtypes[rng() % 3] : step_dtype;
+        inputs.push_back(make_input(rng, rows, 3, d, dtype));
+        const Input& in = inputs.back();
+        ASSERT_TRUE(cpu.append(0, s, length, rows, dtype, in.keys.data(), in.values.data()).ok());
+        // One request in eight reads rows 4 bytes past a 16-byte boundary (element-aligned for every dtype).
+        if (rng() % 8 == 0) {
+          shifted.push_back(shifted_copy(in, 4));
+          requests.push_back({s, length, rows, dtype, shifted.back().key_rows(), shifted.back().value_rows()});
+        } else {
+          requests.push_back({s, length, rows, dtype, in.device_keys.data(), in.device_values.data()});
+        }
+      }
+      const Status st = gpu.append_batch(0, requests);
+      ASSERT_TRUE(st.ok()) << st.error().to_string();
+      expect_same_layer(cpu, gpu, 0, shape.sequences, "round " + std::to_string(round));
+    }
+    expect_decode_matches_oracle(cpu, gpu, 0, 6, rng);  // group of 2
+  }
+}
+
+// encode_append_batch itself (below DeviceCache): every request is checked before anything is launched, a sequence
+// may appear once, and a batch's records equal those of encode_append called per request.
+TEST(CudaAppendBatch, EncodeAppendBatchChecksFirstAndMatchesSingleAppends) {
+  if (device_count() == 0) GTEST_SKIP() << "no CUDA device (cudaGetDeviceCount reports none)";
+  const std::uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  const QuantConfig config = *QuantConfig::parse("k=prod4,v=mse3,w=4", seed);
+  const std::uint32_t d = 128, heads = 2, sequences = 40, capacity = 16;
+  const auto codec = take(kvcompact::tq::LayerCodec::create(d, config, 3));
+  const auto layout = take(kvcompact::tq::plan_layer_layout(d, heads, sequences, capacity, config));
+  const auto dcodec = take(DeviceCodec::create(codec));
+  auto batched = take(DeviceBuffer::allocate(layer_buffer_bytes(layout)));
+  auto single = take(DeviceBuffer::allocate(layer_buffer_bytes(layout)));
+  ASSERT_TRUE(batched.fill(0).ok());
+  ASSERT_TRUE(single.fill(0).ok());
+  std::vector<Input> inputs;
+  std::vector<EncodeRequest> requests;
+  inputs.reserve(sequences);
+  for (std::uint32_t s = 0; s < sequences; ++s) {
+    const std::uint32_t rows = static_cast<std::uint32_t>(rng() % 7);  // 0–6, a request of 0 rows included
+    inputs.push_back(make_input(rng, rows, heads, d, DType::BF16));
+    requests.push_back({s, 3, rows, DType::BF16, inputs.back().device_keys.data(), inputs.back().device_values.data(),
+                        nullptr});
+  }
+  // A bad request anywhere fails the whole call before a launch: the layer stays all zeros.
+  const std::vector<std::uint8_t> zeros(layout.total_bytes, 0);
+  std::vector<std::uint8_t> bytes(layout.total_bytes);
+  auto expect_nothing_written = [&](const char* what) {
+    ASSERT_TRUE(synchronize().ok());
+    ASSERT_TRUE(batched.download(bytes.data(), bytes.size()).ok());
+    EXPECT_TRUE(bytes == zeros) << what;
+  };
+  std::vector<EncodeRequest> bad = requests;
+  bad[37].position = capacity;  // rows past the capacity (when it has rows) ...
+  bad[37].rows = 1;
+  Status st = encode_append_batch(layout, dcodec, batched.data(), bad);
+  EXPECT_EQ(st.error().code, ErrorCode::CapacityExceeded);
+  expect_nothing_written("capacity");
+  bad = requests;
+  bad[21].seq = 4;  // sequence 4 twice
+  st = encode_append_batch(layout, dcodec, batched.data(), bad);
+  EXPECT_EQ(st.error().code, ErrorCode::InvalidArgument);
+  EXPECT_NE(st.error().message.find("sequence 4 appears more than once"), std::string::npos) << st.error().message;
+  expect_nothing_written("duplicate");
+  bad = requests;
+  bad[30].seq = sequences;
+  EXPECT_EQ(encode_append_batch(layout, dcodec, batched.data(), bad).error().code, ErrorCode::OutOfRange);
+  expect_nothing_written("sequence range");
+  // The good batch (40 requests: two fast launches) against one encode_append per request.
+  st = encode_append_batch(layout, dcodec, batched.data(), requests);
+  ASSERT_TRUE(st.ok()) << st.error().to_string();
+  for (const EncodeRequest& r : requests) ASSERT_TRUE(encode_append(layout, dcodec, single.data(), r).ok());
+  ASSERT_TRUE(synchronize().ok());
+  std::vector<std::uint8_t> expected(layout.total_bytes);
+  ASSERT_TRUE(batched.download(bytes.data(), bytes.size()).ok());
+  ASSERT_TRUE(single.download(expected.data(), expected.size()).ok());
+  EXPECT_TRUE(bytes == expected);
+  EXPECT_FALSE(bytes == zeros);
 }
 
 TEST(CudaAppendBatch, StoresTheGoodRequestsAndReportsTheFirstBadOne) {

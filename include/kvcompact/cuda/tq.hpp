@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "kvcompact/core/dtypes.hpp"
 #include "kvcompact/core/error.hpp"
@@ -54,6 +55,13 @@ struct EncodeRequest {
 };
 Status encode_append(const LayerLayout& layout, const DeviceCodec& codec, void* layer_data,
                      const EncodeRequest& request, void* stream = nullptr);
+// Several appends to one layer, each sequence at most once (InvalidArgument otherwise): every request is checked
+// as encode_append checks it, in order, and the first failure returns before anything is launched. The
+// requests then share launches: those the fast kernel takes (head_dim 64 / 128 / 256, 16-byte aligned rows)
+// one launch per input dtype and up to 32 requests, the others one general launch each. Each request's
+// verdict goes to its own status word. The records equal those of encode_append called per request.
+Status encode_append_batch(const LayerLayout& layout, const DeviceCodec& codec, void* layer_data,
+                           std::span<const EncodeRequest> requests, void* stream = nullptr);
 
 // Decode attention plan: fixed per batch shape (sequences of the layout, q_heads, an upper bound on the
 // length). It chooses the split over the sequence and sizes the workspace; decode_attention then does

@@ -60,10 +60,12 @@ class DeviceCache {
   // Appends to several sequences of one layer with one wait instead of one per sequence (a decode step's new
   // token of every sequence). First every request gets append's host checks, in order; the first failure is
   // returned and nothing is launched or stored. A sequence may appear once per call (InvalidArgument). Then
-  // every request's encode is launched on `stream`, the stream is synchronised once, and every request whose
-  // input the kernel accepted is committed; if the kernel rejected some (NonFinite, or OutOfRange for a norm
-  // beyond float32), those are not stored and the first of them (in request order) is the error returned —
-  // what calling append for each request would store and report. An empty span is a no-op.
+  // the requests are encoded on `stream` (encode_append_batch: one launch per input dtype and 32 requests), the
+  // stream is synchronised once, and every request whose input the kernel accepted is committed; if the kernel
+  // rejected some (NonFinite, or OutOfRange for a norm beyond float32), those are not stored and the first of
+  // them (in request order) is the error returned — what calling append for each request would store and
+  // report. A launch failure (a CUDA error) commits nothing of the batch (the window of each of its sequences
+  // starts at its length from then on, as after a rejected append). An empty span is a no-op.
   Status append_batch(std::uint32_t layer, std::span<const AppendRequest> requests, void* stream = nullptr);
 
   Status truncate(std::uint32_t seq, std::uint32_t position);
