@@ -1,4 +1,5 @@
-# Sourced by the A/B scripts (dsv4_ab.sh, prefill_ab.sh, encode_ab.sh, tq_decode_ab.sh) from the repository root: the build configuration
+# Sourced by the A/B scripts (dsv4_ab.sh, prefill_ab.sh, encode_ab.sh, tq_decode_ab.sh, tq_step_ab.sh) from the
+# repository root: the build configuration
 # (configure.sh), $OUT (default ./out), the sides that scripts/gpu/dsv4_ab_prepare.sh exported into .ab (carried
 # with the run) and their concurrent builds.
 source scripts/gpu/configure.sh
