@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "check.hpp"
+#include "device_cache_layer.hpp"
 #include "kvcompact/tq/append_check.hpp"
 #include "kvcompact/tq/attention.hpp"
 #include "kvcompact/tq/codec.hpp"
@@ -17,19 +18,6 @@
 namespace kvcompact::cuda::tq {
 
 namespace ktq = kvcompact::tq;
-
-struct DeviceCache::Layer {
-  std::uint32_t kv_heads = 0;
-  LayerLayout layout{};
-  std::unique_ptr<DeviceCodec> codec;
-  DeviceBuffer data;                        // [layer_buffer_bytes(layout)]
-  std::vector<std::uint32_t> lengths;       // host copies
-  std::vector<std::uint32_t> window_begins;
-  // Device mirror for the kernels: lengths, then window_begins ([2][sequences], so one upload commits both).
-  DeviceBuffer device_positions;
-  const std::uint32_t* device_lengths() const { return static_cast<const std::uint32_t*>(device_positions.data()); }
-  const std::uint32_t* device_window_begins() const { return device_lengths() + lengths.size(); }
-};
 
 DeviceCache::DeviceCache(DeviceCache&&) noexcept = default;
 DeviceCache& DeviceCache::operator=(DeviceCache&&) noexcept = default;
@@ -113,10 +101,10 @@ Status DeviceCache::append(std::uint32_t layer, std::uint32_t seq, std::uint32_t
   return append_batch(layer, std::span<const AppendRequest>(&request, 1), stream);
 }
 
-Status DeviceCache::append_batch(std::uint32_t layer, std::span<const AppendRequest> requests, void* stream) {
-  // Host checks before anything runs, with the CPU cache's messages and in its order: the layer
-  // (TurboQuantCache::check_layer_seq), then per request in order its sequence and tq/append_check.hpp; then
-  // each sequence at most once.
+Status DeviceCache::check_append_requests(std::uint32_t layer, std::span<const AppendRequest> requests,
+                                          const char* caller) const {
+  // The CPU cache's messages and order: the layer (TurboQuantCache::check_layer_seq), then per request in order
+  // its sequence and tq/append_check.hpp; then each sequence at most once.
   if (layer >= layers_.size()) {
     return make_error(ErrorCode::OutOfRange, "layer {} is outside the cache's {} layers", layer, layers_.size());
   }
@@ -129,10 +117,27 @@ Status DeviceCache::append_batch(std::uint32_t layer, std::span<const AppendRequ
     KVC_TRY(ktq::validate_append(layer, r.seq, layers_[layer]->lengths[r.seq], capacity_, r.position, r.rows, r.dtype,
                                  r.keys, r.values));
     if (seen[r.seq]) {
-      return make_error(ErrorCode::InvalidArgument, "append_batch: sequence {} appears more than once", r.seq);
+      return make_error(ErrorCode::InvalidArgument, "{}: sequence {} appears more than once", caller, r.seq);
     }
     seen[r.seq] = true;
   }
+  return ok_status();
+}
+
+Error DeviceCache::rejected_append(std::uint32_t layer, std::uint32_t seq, std::uint32_t position,
+                                   std::uint32_t flags) {
+  return (flags & kEncodeNonFinite)
+             ? make_error(ErrorCode::NonFinite,
+                          "append to layer {} sequence {} at position {}: a key or value coordinate is NaN or inf",
+                          layer, seq, position)
+             : make_error(ErrorCode::OutOfRange,
+                          "append to layer {} sequence {} at position {}: a norm exceeds the float32 range", layer,
+                          seq, position);
+}
+
+Status DeviceCache::append_batch(std::uint32_t layer, std::span<const AppendRequest> requests, void* stream) {
+  KVC_TRY(check_no_pending_appends("append"));
+  KVC_TRY(check_append_requests(layer, requests, "append_batch"));
   if (std::none_of(requests.begin(), requests.end(), [](const AppendRequest& r) { return r.rows > 0; })) {
     return ok_status();  // appends of 0 rows store nothing
   }
@@ -177,22 +182,14 @@ Status DeviceCache::append_batch(std::uint32_t layer, std::span<const AppendRequ
     // Nothing becomes visible (the length stays), but the kernel may have written exact-window ring slots that
     // held rows still inside the window: from now on those positions use their quantised records.
     if (l.layout.exact_window > 0) l.window_begins[r.seq] = l.lengths[r.seq];
-    if (first_error.ok()) {
-      first_error = (flags[i] & kEncodeNonFinite)
-                        ? make_error(ErrorCode::NonFinite,
-                                     "append to layer {} sequence {} at position {}: a key or value coordinate is NaN "
-                                     "or inf",
-                                     layer, r.seq, r.position)
-                        : make_error(ErrorCode::OutOfRange,
-                                     "append to layer {} sequence {} at position {}: a norm exceeds the float32 range",
-                                     layer, r.seq, r.position);
-    }
+    if (first_error.ok()) first_error = rejected_append(layer, r.seq, r.position, flags[i]);
   }
   KVC_TRY(sync_positions(layer));  // one upload commits every sequence of the batch
   return first_error;
 }
 
 Status DeviceCache::truncate_layer(std::uint32_t layer, std::uint32_t seq, std::uint32_t position) {
+  KVC_TRY(check_no_pending_appends("truncate"));
   KVC_TRY(check_layer_seq(layer, seq, false));
   Layer& l = *layers_[layer];
   if (l.kv_heads == 0) return ok_status();
@@ -213,6 +210,7 @@ Status DeviceCache::truncate(std::uint32_t seq, std::uint32_t position) {
 }
 
 Status DeviceCache::reset(std::uint32_t seq) {
+  KVC_TRY(check_no_pending_appends("reset"));
   if (seq >= sequences_) {
     return make_error(ErrorCode::OutOfRange, "sequence {} is outside the cache's {} sequences", seq, sequences_);
   }
@@ -227,10 +225,12 @@ Status DeviceCache::reset(std::uint32_t seq) {
 }
 
 void DeviceCache::reset_all() {
+  drop_pending_appends();  // (it empties every sequence: the pending appends' verdicts no longer matter)
   for (std::uint32_t s = 0; s < sequences_; ++s) (void)reset(s);
 }
 
 Result<ktq::LayerSnapshot> DeviceCache::snapshot(std::uint32_t layer, std::uint32_t seq) const {
+  KVC_TRY(check_no_pending_appends("snapshot"));
   KVC_TRY(check_layer_seq(layer, seq, false));
   const Layer& l = *layers_[layer];
   ktq::LayerSnapshot snap;
@@ -276,6 +276,7 @@ Result<ktq::LayerSnapshot> DeviceCache::snapshot(std::uint32_t layer, std::uint3
 }
 
 Status DeviceCache::restore(std::uint32_t layer, std::uint32_t seq, const ktq::LayerSnapshot& snap) {
+  KVC_TRY(check_no_pending_appends("restore"));
   KVC_TRY(check_layer_seq(layer, seq, false));
   Layer& l = *layers_[layer];
   // The same checks, in the same order, as the CPU cache (tq/snapshot_check.hpp).
@@ -361,6 +362,7 @@ Status DeviceCache::prefill(std::uint32_t layer, const PrefillPlan& plan, Prefil
 
 Status DeviceCache::attention(std::uint32_t layer, std::span<const ktq::AttentionRequest> requests,
                               const ktq::AttentionOptions& options, void* stream, PrefillPrecision precision) {
+  KVC_TRY(check_no_pending_appends("attention"));
   KVC_TRY(check_layer_seq(layer, 0, true));
   const Layer& l = *layers_[layer];
   // tq::validate_attention's checks, in its order and with its messages (it needs a host LayerView).

@@ -22,6 +22,7 @@
 #include "kvcompact/tq/layout.hpp"
 #include "unit/tq/attention_test_util.hpp"
 #include "cuda/cuda_test_util.hpp"
+#include "cuda/append_inputs.hpp"
 #include "cuda/device_cache_checks.hpp"
 
 namespace kvcompact::cuda::tq {
@@ -30,28 +31,15 @@ namespace {
 using kvcompact::cuda::testing::expect_decode_matches_oracle;
 using kvcompact::cuda::testing::expect_same_snapshot;
 using kvcompact::cuda::testing::take;
-using kvcompact::cuda::testing::to_dtype;
 using kvcompact::tq::CacheShape;
 using kvcompact::tq::QuantConfig;
 using kvcompact::tq::TurboQuantCache;
 using kvcompact::tq::testing::fresh_seed;
-using kvcompact::tq::testing::random_rows;
 
-// One request's input on the host (for the CPU cache) and on the device (for append_batch).
-struct Input {
-  std::vector<std::uint8_t> keys, values;
-  DeviceBuffer device_keys, device_values;
-};
+using Input = kvcompact::cuda::testing::AppendInput;
 
 Input make_input(std::mt19937_64& rng, std::uint32_t rows, std::uint32_t heads, std::uint32_t d, DType dtype) {
-  Input in;
-  in.keys = to_dtype(random_rows(rng, std::size_t{rows} * heads, d, 1.0f, true), dtype);
-  in.values = to_dtype(random_rows(rng, std::size_t{rows} * heads, d, 1.0f, false), dtype);
-  in.device_keys = take(DeviceBuffer::allocate(std::max<std::size_t>(in.keys.size(), 4)));
-  in.device_values = take(DeviceBuffer::allocate(std::max<std::size_t>(in.values.size(), 4)));
-  EXPECT_TRUE(in.device_keys.upload(in.keys.data(), in.keys.size()).ok());
-  EXPECT_TRUE(in.device_values.upload(in.values.data(), in.values.size()).ok());
-  return in;
+  return kvcompact::cuda::testing::make_append_input(rng, rows, heads, d, dtype);
 }
 
 void expect_same_layer(const TurboQuantCache& cpu, const DeviceCache& gpu, std::uint32_t layer, std::uint32_t sequences,

@@ -68,6 +68,21 @@ class DeviceCache {
   // starts at its length from then on, as after a rejected append). An empty span is a no-op.
   Status append_batch(std::uint32_t layer, std::span<const AppendRequest> requests, void* stream = nullptr);
 
+  // A decode step's appends without a wait per layer. append_deferred checks and launches like append_batch
+  // but returns without waiting: a commit kernel queued after the encodes on `stream` advances each accepted
+  // sequence's device length (a rejected one's window start moves to its length, as append_batch does), so
+  // decode / prefill queued after it on the same stream see the new tokens. length() reports the lengths as if
+  // every pending append were accepted. finish_appends waits once for the whole step, brings the host copies in
+  // line with what the device committed and returns the first rejected append's error (in call and request
+  // order; NonFinite or OutOfRange, append's messages). Rules while appends are pending: every call of the step
+  // uses one stream, a (layer, sequence) takes one append per step, and append, append_batch, truncate*,
+  // reset, snapshot, restore and attention return InvalidArgument until finish_appends (reset_all waits and
+  // drops the pending appends' verdicts: it empties every sequence anyway). A launch failure (a CUDA error)
+  // waits, settles the earlier pending appends and commits nothing of the failing call.
+  Status append_deferred(std::uint32_t layer, std::span<const AppendRequest> requests, void* stream = nullptr);
+  Status finish_appends();
+  bool appends_pending() const { return !pending_.empty(); }
+
   Status truncate(std::uint32_t seq, std::uint32_t position);
   Status truncate_layer(std::uint32_t layer, std::uint32_t seq, std::uint32_t position);
   Status reset(std::uint32_t seq);
@@ -111,7 +126,16 @@ class DeviceCache {
   struct Layer;
   DeviceCache() = default;
   Status check_layer_seq(std::uint32_t layer, std::uint32_t seq, bool need_attention) const;
+  Status check_append_requests(std::uint32_t layer, std::span<const AppendRequest> requests, const char* caller) const;
+  Status check_no_pending_appends(const char* operation) const;
+  void drop_pending_appends();  // waits for the pending step's stream and forgets its appends
+  static Error rejected_append(std::uint32_t layer, std::uint32_t seq, std::uint32_t position, std::uint32_t flags);
   Status sync_positions(std::uint32_t layer);
+
+  // One append of the pending step (append_deferred), in call and request order.
+  struct PendingAppend {
+    std::uint32_t layer, seq, position, old_length;
+  };
 
   kvcompact::tq::QuantConfig config_{};
   std::uint32_t head_dim_ = 0;
@@ -122,6 +146,12 @@ class DeviceCache {
   DeviceBuffer status_;        // one encode status word per request of an append (grown by append_batch)
   DeviceBuffer request_args_;  // attention(): [3][requests] seq, first_position, rows
   DeviceBuffer prefill_workspace_;  // attention(): the key splits' partials and counters
+  // append_deferred: [2][layers × sequences] words, status (zero between steps; word layer · sequences + seq),
+  // then the commit kernel's verdicts; allocated by the first deferred append.
+  DeviceBuffer step_status_;
+  std::vector<PendingAppend> pending_;
+  std::vector<bool> pending_slots_;  // [layers × sequences]: has an append in the pending step
+  void* pending_stream_ = nullptr;
 };
 
 }  // namespace kvcompact::cuda::tq

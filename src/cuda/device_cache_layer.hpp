@@ -1,0 +1,30 @@
+// Internal: one layer of a DeviceCache — its layout, codec, device buffer and the host / device copies of the
+// sequences' lengths and window starts. Shared by tq_cache.cpp and tq_cache_deferred.cpp.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "kvcompact/cuda/runtime.hpp"
+#include "kvcompact/cuda/tq.hpp"
+#include "kvcompact/cuda/tq_cache.hpp"
+
+namespace kvcompact::cuda::tq {
+
+struct DeviceCache::Layer {
+  std::uint32_t kv_heads = 0;
+  LayerLayout layout{};
+  std::unique_ptr<DeviceCodec> codec;
+  DeviceBuffer data;                        // [layer_buffer_bytes(layout)]
+  std::vector<std::uint32_t> lengths;       // host copies
+  std::vector<std::uint32_t> window_begins;
+  // Device mirror for the kernels: lengths, then window_begins ([2][sequences], so one upload commits both).
+  DeviceBuffer device_positions;
+  std::uint32_t* device_lengths() { return static_cast<std::uint32_t*>(device_positions.data()); }
+  const std::uint32_t* device_lengths() const { return static_cast<const std::uint32_t*>(device_positions.data()); }
+  std::uint32_t* device_window_begins() { return device_lengths() + lengths.size(); }
+  const std::uint32_t* device_window_begins() const { return device_lengths() + lengths.size(); }
+};
+
+}  // namespace kvcompact::cuda::tq

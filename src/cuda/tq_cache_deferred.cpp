@@ -1,0 +1,127 @@
+// DeviceCache's deferred appends (append_deferred / finish_appends): a decode step appends to every layer
+// without waiting per layer. The device commits each accepted request itself (append_commit.hpp), so the
+// attention queued behind it sees the new token; the host keeps the lengths as if every append were accepted and
+// settles them once per step from the verdicts the commit kernel recorded (docs/cuda.md, "DeviceCache").
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "append_commit.hpp"
+#include "check.hpp"
+#include "device_cache_layer.hpp"
+#include "encode_params.hpp"
+#include "kvcompact/cuda/tq_cache.hpp"
+
+namespace kvcompact::cuda::tq {
+
+Status DeviceCache::check_no_pending_appends(const char* operation) const {
+  if (pending_.empty()) return ok_status();
+  return make_error(ErrorCode::InvalidArgument,
+                    "{} while {} deferred appends of a step are pending: call finish_appends first", operation,
+                    pending_.size());
+}
+
+void DeviceCache::drop_pending_appends() {
+  if (pending_.empty()) return;
+  // The commit kernels zero the status words they read; waiting lets them finish before anything else runs.
+  (void)cudaStreamSynchronize(static_cast<cudaStream_t>(pending_stream_));
+  for (const PendingAppend& p : pending_) pending_slots_[std::size_t{p.layer} * sequences_ + p.seq] = false;
+  pending_.clear();
+  pending_stream_ = nullptr;
+}
+
+Status DeviceCache::append_deferred(std::uint32_t layer, std::span<const AppendRequest> requests, void* stream) {
+  if (!pending_.empty() && stream != pending_stream_) {
+    return make_error(ErrorCode::InvalidArgument,
+                      "append_deferred on another stream than the pending step's: every call of a step uses one stream");
+  }
+  KVC_TRY(check_append_requests(layer, requests, "append_deferred"));
+  const std::size_t slots = layers_.size() * std::size_t{sequences_};
+  for (const AppendRequest& r : requests) {
+    if (r.rows > 0 && !pending_slots_.empty() && pending_slots_[std::size_t{layer} * sequences_ + r.seq]) {
+      return make_error(ErrorCode::InvalidArgument,
+                        "append_deferred: layer {} sequence {} already has an append in this step (finish_appends "
+                        "first)",
+                        layer, r.seq);
+    }
+  }
+  if (std::none_of(requests.begin(), requests.end(), [](const AppendRequest& r) { return r.rows > 0; })) {
+    return ok_status();
+  }
+  if (step_status_.size() == 0) {
+    KVC_ASSIGN_OR_RETURN(step_status_, DeviceBuffer::allocate(8ull * slots));
+    KVC_TRY(step_status_.fill(0));
+    pending_slots_.assign(slots, false);
+  }
+  Layer& l = *layers_[layer];
+  auto* status = static_cast<std::uint32_t*>(step_status_.data()) + std::size_t{layer} * sequences_;
+  std::vector<EncodeRequest> encodes;
+  std::vector<detail::EncodeSegment> commits;
+  for (const AppendRequest& r : requests) {
+    if (r.rows == 0) continue;
+    encodes.push_back(EncodeRequest{r.seq, r.position, r.rows, r.dtype, r.keys, r.values, status + r.seq});
+    commits.push_back({r.keys, r.values, status + r.seq, r.seq, r.position, r.rows, 0});
+  }
+  const auto s = static_cast<cudaStream_t>(stream);
+  Status launched = encode_append_batch(l.layout, *l.codec, l.data.data(), encodes, stream);
+  if (launched.ok()) {
+    const cudaError_t err =
+        detail::launch_commit_appends(commits.data(), static_cast<std::uint32_t>(commits.size()), l.device_lengths(),
+                                      l.layout.exact_window > 0 ? l.device_window_begins() : nullptr,
+                                      static_cast<std::uint32_t>(slots), s);
+    if (err != cudaSuccess) launched = make_error(ErrorCode::Internal, "commit_appends launch: {}", cudaGetErrorString(err));
+  }
+  if (!launched.ok()) {
+    // A CUDA error: settle what earlier calls of the step left pending, then treat this call's requests as
+    // rejected appends (nothing committed; the encodes that ran may have written ring slots).
+    (void)cudaStreamSynchronize(s);
+    (void)finish_appends();
+    if (l.layout.exact_window > 0) {
+      for (const AppendRequest& r : requests) {
+        if (r.rows > 0) l.window_begins[r.seq] = l.lengths[r.seq];
+      }
+    }
+    (void)sync_positions(layer);
+    return launched;
+  }
+  pending_stream_ = stream;
+  for (const AppendRequest& r : requests) {
+    if (r.rows == 0) continue;
+    pending_.push_back({layer, r.seq, r.position, l.lengths[r.seq]});
+    pending_slots_[std::size_t{layer} * sequences_ + r.seq] = true;
+    l.lengths[r.seq] = r.position + r.rows;  // as if accepted; finish_appends reverts a rejected one
+  }
+  return ok_status();
+}
+
+Status DeviceCache::finish_appends() {
+  if (pending_.empty()) return ok_status();
+  const std::size_t slots = layers_.size() * std::size_t{sequences_};
+  std::vector<std::uint32_t> verdicts(slots);
+  const auto s = static_cast<cudaStream_t>(pending_stream_);
+  const auto* device_verdicts = static_cast<const std::uint32_t*>(step_status_.data()) + slots;
+  const cudaError_t copy = cudaMemcpyAsync(verdicts.data(), device_verdicts, 4ull * slots, cudaMemcpyDeviceToHost, s);
+  const cudaError_t wait = copy == cudaSuccess ? cudaStreamSynchronize(s) : copy;
+  if (wait != cudaSuccess) {
+    drop_pending_appends();
+    return make_error(ErrorCode::Internal, "finish_appends: {} (the step's appends are in an unknown state)",
+                      cudaGetErrorString(wait));
+  }
+  Status first_error = ok_status();
+  for (const PendingAppend& p : pending_) {
+    const std::uint32_t flags = verdicts[std::size_t{p.layer} * sequences_ + p.seq];
+    if (flags == 0) continue;
+    // The device kept the old length and moved the window start to it (append_commit.hpp): the same here.
+    Layer& l = *layers_[p.layer];
+    l.lengths[p.seq] = p.old_length;
+    if (l.layout.exact_window > 0) l.window_begins[p.seq] = p.old_length;
+    if (first_error.ok()) first_error = rejected_append(p.layer, p.seq, p.position, flags);
+  }
+  for (const PendingAppend& p : pending_) pending_slots_[std::size_t{p.layer} * sequences_ + p.seq] = false;
+  pending_.clear();
+  pending_stream_ = nullptr;
+  return first_error;
+}
+
+}  // namespace kvcompact::cuda::tq

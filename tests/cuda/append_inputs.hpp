@@ -1,0 +1,37 @@
+// Random append inputs for the DeviceCache append tests (tq_append_batch_test.cpp, tq_append_deferred_test.cpp):
+// one request's rows on the host (for the CPU cache) and on the device (for the GPU cache), in one dtype.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "cuda/cuda_test_util.hpp"
+#include "kvcompact/core/dtypes.hpp"
+#include "kvcompact/cuda/runtime.hpp"
+#include "unit/tq/attention_test_util.hpp"
+
+namespace kvcompact::cuda::testing {
+
+struct AppendInput {
+  std::vector<std::uint8_t> keys, values;  // host [rows, heads, d] of the dtype
+  DeviceBuffer device_keys, device_values;
+};
+
+inline AppendInput make_append_input(std::mt19937_64& rng, std::uint32_t rows, std::uint32_t heads, std::uint32_t d,
+                                     DType dtype) {
+  using kvcompact::tq::testing::random_rows;
+  AppendInput in;
+  in.keys = to_dtype(random_rows(rng, std::size_t{rows} * heads, d, 1.0f, true), dtype);
+  in.values = to_dtype(random_rows(rng, std::size_t{rows} * heads, d, 1.0f, false), dtype);
+  in.device_keys = take(DeviceBuffer::allocate(std::max<std::size_t>(in.keys.size(), 4)));
+  in.device_values = take(DeviceBuffer::allocate(std::max<std::size_t>(in.values.size(), 4)));
+  EXPECT_TRUE(in.device_keys.upload(in.keys.data(), in.keys.size()).ok());
+  EXPECT_TRUE(in.device_values.upload(in.values.data(), in.values.size()).ok());
+  return in;
+}
+
+}  // namespace kvcompact::cuda::testing
