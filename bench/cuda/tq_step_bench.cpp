@@ -3,6 +3,7 @@
 // ways, host wall-clock per step (append waits for its encode, so the step's end is a host event anyway):
 //   append    - DeviceCache::append once per sequence (one encode launch and one wait each), then decode;
 //   batch     - DeviceCache::append_batch for all sequences of the layer (one wait), then decode;
+//   deferred  - DeviceCache::append_deferred per layer, then decode; one finish_appends (one wait) per step;
 //   decode    - decode alone (no append): the attention kernels' share of the step.
 // Llama-3-8B attention shapes (32 query / 8 KV heads, head_dim 128), 8 layers, contexts prefilled with random
 // rows. Prints µs per step and per layer; CSV with --csv.
@@ -83,15 +84,15 @@ int main(int argc, char** argv) {
 
   std::printf("decode step through DeviceCache: %u layers, %u query / %u KV heads, head_dim %u, context %u\n",
               kLayers, kQHeads, kKvHeads, kHeadDim, context);
-  std::printf("%-12s %5s %8s %12s %12s %12s %10s %10s\n", "mode", "batch", "context", "append_us", "batch_us",
-              "decode_us", "per_layer", "speedup");
+  std::printf("%-12s %5s %8s %12s %12s %12s %12s %10s %10s\n", "mode", "batch", "context", "append_us", "batch_us",
+              "deferred_us", "decode_us", "per_layer", "speedup");
   for (const Mode& mode : modes) {
     for (std::uint32_t b : batches) {
       tq::CacheShape shape;
       shape.head_dim = kHeadDim;
       shape.kv_heads.assign(kLayers, kKvHeads);
       shape.sequences = b;
-      shape.capacity = context + 2 * static_cast<std::uint32_t>(warmup + reps) + 8;
+      shape.capacity = context + 3 * static_cast<std::uint32_t>(warmup + reps) + 8;  // three appending ways
       auto cache = take(cuda::tq::DeviceCache::create(shape, mode.config), "DeviceCache::create");
       for (std::uint32_t l = 0; l < kLayers; ++l) {
         for (std::uint32_t s = 0; s < b; ++s) {
@@ -134,16 +135,26 @@ int main(int argc, char** argv) {
           decode_all(l);
         }
       });
+      const double deferred_us = median_step_us(warmup, reps, [&] {
+        for (std::uint32_t l = 0; l < kLayers; ++l) {
+          for (std::uint32_t s = 0; s < b; ++s) {
+            requests[s] = {s, cache.length(l, s), 1, DType::BF16, token(token_k, s), token(token_v, s)};
+          }
+          BENCH_CHECK(cache.append_deferred(l, requests));
+          decode_all(l);
+        }
+        BENCH_CHECK(cache.finish_appends());
+      });
       const double decode_us = median_step_us(warmup, reps, [&] {
         for (std::uint32_t l = 0; l < kLayers; ++l) decode_all(l);
       });
-      std::printf("%-12s %5u %8u %12.1f %12.1f %12.1f %10.1f %9.2fx\n", mode.name, b, context, append_us, batch_us,
-                  decode_us, batch_us / kLayers, append_us / batch_us);
+      std::printf("%-12s %5u %8u %12.1f %12.1f %12.1f %12.1f %10.1f %9.2fx\n", mode.name, b, context, append_us,
+                  batch_us, deferred_us, decode_us, deferred_us / kLayers, append_us / deferred_us);
       std::fflush(stdout);
       if (csv != nullptr) {
-        const char* ways[] = {"append", "batch", "decode"};
-        const double us[] = {append_us, batch_us, decode_us};
-        for (int w = 0; w < 3; ++w) {
+        const char* ways[] = {"append", "batch", "deferred", "decode"};
+        const double us[] = {append_us, batch_us, deferred_us, decode_us};
+        for (int w = 0; w < 4; ++w) {
           std::fprintf(csv, "%s,%u,%u,%u,%s,%.2f,%.2f\n", mode.name, b, context, kLayers, ways[w], us[w], us[w] / kLayers);
         }
         std::fflush(csv);
