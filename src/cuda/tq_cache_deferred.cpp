@@ -34,7 +34,8 @@ void DeviceCache::drop_pending_appends() {
 Status DeviceCache::append_deferred(std::uint32_t layer, std::span<const AppendRequest> requests, void* stream) {
   if (!pending_.empty() && stream != pending_stream_) {
     return make_error(ErrorCode::InvalidArgument,
-                      "append_deferred on another stream than the pending step's: every call of a step uses one stream");
+                      "append_deferred on another stream than the pending step's: every call of a step uses one "
+                      "stream (or finish_appends first)");
   }
   KVC_TRY(check_append_requests(layer, requests, "append_deferred"));
   const std::size_t slots = layers_.size() * std::size_t{sequences_};
@@ -70,7 +71,9 @@ Status DeviceCache::append_deferred(std::uint32_t layer, std::span<const AppendR
         detail::launch_commit_appends(commits.data(), static_cast<std::uint32_t>(commits.size()), l.device_lengths(),
                                       l.layout.exact_window > 0 ? l.device_window_begins() : nullptr,
                                       static_cast<std::uint32_t>(slots), s);
-    if (err != cudaSuccess) launched = make_error(ErrorCode::Internal, "commit_appends launch: {}", cudaGetErrorString(err));
+    if (err != cudaSuccess) {
+      launched = make_error(ErrorCode::Internal, "commit_appends launch: {}", cudaGetErrorString(err));
+    }
   }
   if (!launched.ok()) {
     // A CUDA error: settle what earlier calls of the step left pending, then treat this call's requests as

@@ -1,4 +1,4 @@
-// Random append inputs for the DeviceCache append tests (tq_append_batch_test.cpp, tq_append_deferred_test.cpp):
+// Random append inputs (and batches of sequences) for the DeviceCache append tests (tq_append_batch_test.cpp, tq_append_deferred_test.cpp):
 // one request's rows on the host (for the CPU cache) and on the device (for the GPU cache), in one dtype.
 #pragma once
 
@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <numeric>
 #include <random>
 #include <vector>
 
@@ -32,6 +33,15 @@ inline AppendInput make_append_input(std::mt19937_64& rng, std::uint32_t rows, s
   EXPECT_TRUE(in.device_keys.upload(in.keys.data(), in.keys.size()).ok());
   EXPECT_TRUE(in.device_values.upload(in.values.data(), in.values.size()).ok());
   return in;
+}
+
+// A random non-empty subset of the sequences [0, sequences) in random order: the requests of one batched append.
+inline std::vector<std::uint32_t> random_sequence_subset(std::mt19937_64& rng, std::uint32_t sequences) {
+  std::vector<std::uint32_t> seqs(sequences);
+  std::iota(seqs.begin(), seqs.end(), 0u);
+  std::shuffle(seqs.begin(), seqs.end(), rng);
+  seqs.resize(1 + rng() % sequences);
+  return seqs;
 }
 
 }  // namespace kvcompact::cuda::testing

@@ -68,10 +68,7 @@ TEST(CudaAppendBatch, MatchesTheCpuCacheAppendingOneByOne) {
     for (int round = 0; round < 8; ++round) {
       const std::uint32_t layer = static_cast<std::uint32_t>(rng() % 2), heads = shape.kv_heads[layer];
       // A random subset of the sequences in random order; decode-like single rows in most rounds.
-      std::vector<std::uint32_t> seqs(shape.sequences);
-      std::iota(seqs.begin(), seqs.end(), 0u);
-      std::shuffle(seqs.begin(), seqs.end(), rng);
-      seqs.resize(1 + rng() % shape.sequences);
+      const std::vector<std::uint32_t> seqs = kvcompact::cuda::testing::random_sequence_subset(rng, shape.sequences);
       std::vector<Input> inputs;
       std::vector<AppendRequest> requests;
       inputs.reserve(seqs.size());

@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
-#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
@@ -56,10 +55,7 @@ TEST(CudaAppendDeferred, StepsMatchTheCpuCacheAndDecodeSeesThePendingTokens) {
       inputs.reserve(2 * shape.sequences);
       for (std::uint32_t layer : {0u, 2u}) {
         const std::uint32_t heads = shape.kv_heads[layer];
-        std::vector<std::uint32_t> seqs(shape.sequences);
-        std::iota(seqs.begin(), seqs.end(), 0u);
-        std::shuffle(seqs.begin(), seqs.end(), rng);
-        seqs.resize(1 + rng() % shape.sequences);
+        const std::vector<std::uint32_t> seqs = kvcompact::cuda::testing::random_sequence_subset(rng, shape.sequences);
         std::vector<AppendRequest> requests;
         for (std::uint32_t s : seqs) {
           const std::uint32_t length = cpu.length(layer, s);
