@@ -578,7 +578,7 @@ __device__ __forceinline__ void fast_tail_dispatch(float (&y)[32], const TailArg
 
 // kBatched: the launch encodes several requests (batch.count > 1). The single-request instance reads its request
 // at a fixed parameter offset and never looks one up: the lookups (indexed constant loads in every step) cost it
-// 2–7 % in a same-run A/B (docs/cuda-encode.md, "Batched launches").
+// 1–7 %, 4 % on average, in a same-run A/B (docs/cuda-encode.md, "Batched launches").
 template <unsigned D, unsigned DT, bool NC, bool QJL, bool kBatched>
 __global__ void __launch_bounds__(kEncodeFastWarps * 32, 2)
     encode_fast_kernel(EncodeParams p, const __grid_constant__ EncodeSegments<kBatched ? kEncodeBatchMax : 1> batch) {
