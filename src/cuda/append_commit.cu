@@ -1,34 +1,42 @@
-// The commit kernel of DeviceCache's deferred appends (append_commit.hpp): one thread per request.
+// The commit kernel of DeviceCache's appends without a host wait (append_commit.hpp): one thread per request.
 #include "append_commit.hpp"
 
 namespace kvcompact::cuda::tq::detail {
 
 namespace {
 
-__global__ void commit_appends_kernel(const __grid_constant__ EncodeBatch batch, std::uint32_t* lengths,
-                                      std::uint32_t* window_begins, std::uint32_t verdict_offset) {
+// The verdict bits that mean the encode may have written ring slots (every one but kStatusBeyondLimit).
+constexpr std::uint32_t kWroteRejected = ~kStatusBeyondLimit;
+
+__global__ void commit_appends_kernel(const __grid_constant__ EncodeBatch batch, const CommitTargets t) {
   if (threadIdx.x >= batch.count) return;
   const EncodeSegment& r = batch.segment[threadIdx.x];
   if (r.rows == 0) return;
   const std::uint32_t verdict = *r.status;  // the encode before it on the stream has finished
   *r.status = 0;
-  r.status[verdict_offset] = verdict;
+  if (t.verdict_offset != 0) r.status[t.verdict_offset] = verdict;
+  const std::uint32_t length = t.lengths[r.seq];
   if (verdict == 0) {
-    lengths[r.seq] = r.position + r.rows;
-  } else if (window_begins != nullptr) {
-    window_begins[r.seq] = lengths[r.seq];
+    t.lengths[r.seq] = (t.at_length ? length : r.position) + r.rows;
+    return;
   }
+  if (t.sticky) {
+    std::uint32_t* flags = r.status + 2 * t.slots;
+    if (*flags == 0) flags[t.slots] = length;  // the first rejection's position
+    *flags |= verdict;
+  }
+  if (t.window_begins != nullptr && (verdict & kWroteRejected) != 0) t.window_begins[r.seq] = length;
 }
 
 }  // namespace
 
-cudaError_t launch_commit_appends(const EncodeSegment* requests, std::uint32_t count, std::uint32_t* lengths,
-                                  std::uint32_t* window_begins, std::uint32_t verdict_offset, cudaStream_t stream) {
+cudaError_t launch_commit_appends(const EncodeSegment* requests, std::uint32_t count, const CommitTargets& targets,
+                                  cudaStream_t stream) {
   for (std::uint32_t first = 0; first < count; first += kEncodeBatchMax) {
     EncodeBatch batch{};
     batch.count = count - first < kEncodeBatchMax ? count - first : kEncodeBatchMax;
     for (std::uint32_t i = 0; i < batch.count; ++i) batch.segment[i] = requests[first + i];
-    commit_appends_kernel<<<1, kEncodeBatchMax, 0, stream>>>(batch, lengths, window_begins, verdict_offset);
+    commit_appends_kernel<<<1, kEncodeBatchMax, 0, stream>>>(batch, targets);
     const cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) return err;
   }

@@ -17,6 +17,10 @@ inline constexpr unsigned kEncodeWarps = 4;
 // 32·32/head_dim rows of one KV head and kind per step, head_dim/32 lanes per row (docs/cuda-encode.md).
 inline constexpr unsigned kEncodeFastWarps = 8;
 
+// The status bit of a request rejected for ending beyond EncodeParams::length_limit (kEncodeBeyondLimit of
+// kvcompact/cuda/tq.hpp, which the kernels do not include; tq_codec.cpp checks that the two agree).
+inline constexpr std::uint32_t kStatusBeyondLimit = 4u;
+
 struct EncodeParams {
   std::uint8_t* layer;
   const Tables* tables;
@@ -31,6 +35,11 @@ struct EncodeParams {
   std::uint32_t head_dim, kv_heads, capacity, window;
   std::uint32_t seq, position, rows;
   std::uint32_t dtype;  // 0 f32, 1 f16, 2 bf16
+  // Appending at the device lengths (DeviceLengths): when set, a request's position is device_lengths[seq] and
+  // requests ending beyond length_limit write nothing (kEncodeBeyondLimit); the fast kernel then always runs its
+  // batched instance (the single-request one reads its position from the parameter).
+  const std::uint32_t* device_lengths;
+  std::uint32_t length_limit;
 };
 
 // The request part of one fast-kernel encode: a launch encodes up to kEncodeBatchMax requests of one layer and
@@ -73,7 +82,8 @@ std::uint64_t fast_encode_steps(std::uint32_t rows, std::uint32_t head_dim, std:
 
 // One fast-kernel launch for `count` (1 .. kEncodeBatchMax) requests of the layer and input dtype of `p`: every
 // request must take the fast path (encode_path of `p` with its fields) and their steps must total < 2^31
-// (cudaErrorInvalidValue otherwise). Each request's verdict goes to its own status word.
+// (cudaErrorInvalidValue otherwise). Each request's verdict goes to its own status word. With p.device_lengths
+// set, the segments' positions are not read (each request appends at device_lengths[seq]).
 cudaError_t launch_encode_batch(const EncodeParams& p, const EncodeSegment* segments, std::uint32_t count,
                                 cudaStream_t stream);
 

@@ -92,15 +92,23 @@ Result<DeviceCodec> DeviceCodec::create(const LayerCodec& codec) {
 
 namespace {
 
+static_assert(detail::kStatusBeyondLimit == kEncodeBeyondLimit, "the kernels' status bit and the public one");
+
 // encode_append's checks of one request (the codec's head_dim is checked once per batch); the kernels' dtype
-// code (EncodeParams::dtype) on success. Requests of 0 rows pass once their range is checked.
+// code (EncodeParams::dtype) on success. Requests of 0 rows pass once their range is checked. At the device
+// lengths (`at`), the position is unknown on the host: the rows must fit under the limit.
 Result<std::uint32_t> check_request(const LayerLayout& layout, const DeviceCodec& codec, void* layer_data,
-                                    const EncodeRequest& request) {
+                                    const EncodeRequest& request, const DeviceLengths* at = nullptr) {
   if (request.seq >= layout.sequences) {
     return make_error(ErrorCode::OutOfRange, "sequence {} out of range (layout has {})", request.seq,
                       layout.sequences);
   }
-  if (request.position > layout.capacity || request.rows > layout.capacity - request.position) {
+  if (at != nullptr) {
+    if (request.rows > at->limit) {
+      return make_error(ErrorCode::CapacityExceeded, "append of {} rows exceeds the length limit {}", request.rows,
+                        at->limit);
+    }
+  } else if (request.position > layout.capacity || request.rows > layout.capacity - request.position) {
     return make_error(ErrorCode::CapacityExceeded, "append of {} rows at position {} exceeds capacity {}",
                       request.rows, request.position, layout.capacity);
   }
@@ -162,13 +170,25 @@ Status encode_append(const LayerLayout& layout, const DeviceCodec& codec, void* 
   return ok_status();
 }
 
-Status encode_append_batch(const LayerLayout& layout, const DeviceCodec& codec, void* layer_data,
-                           std::span<const EncodeRequest> requests, void* stream) {
+namespace {
+
+// encode_append_batch, at the host positions (at = null) or at the device lengths.
+Status append_batch(const LayerLayout& layout, const DeviceCodec& codec, void* layer_data,
+                    std::span<const EncodeRequest> requests, const DeviceLengths* at, void* stream) {
   KVC_TRY(check_codec(layout, codec));
+  if (at != nullptr) {
+    if (at->lengths == nullptr) {
+      return make_error(ErrorCode::InvalidArgument, "encode_append_batch at the device lengths needs their array");
+    }
+    if (at->limit > layout.capacity) {
+      return make_error(ErrorCode::CapacityExceeded, "length limit {} exceeds capacity {}", at->limit,
+                        layout.capacity);
+    }
+  }
   std::vector<std::uint32_t> dtypes(requests.size());
   std::vector<bool> seen(requests.size() > 1 ? layout.sequences : 0, false);
   for (std::size_t i = 0; i < requests.size(); ++i) {
-    KVC_ASSIGN_OR_RETURN(dtypes[i], check_request(layout, codec, layer_data, requests[i]));
+    KVC_ASSIGN_OR_RETURN(dtypes[i], check_request(layout, codec, layer_data, requests[i], at));
     if (requests.size() > 1) {
       // One launch may run two requests at once: a sequence twice could write the same ring slots.
       if (seen[requests[i].seq]) {
@@ -183,7 +203,11 @@ Status encode_append_batch(const LayerLayout& layout, const DeviceCodec& codec, 
   for (std::size_t i = 0; i < requests.size(); ++i) {
     const EncodeRequest& r = requests[i];
     if (r.rows == 0) continue;
-    const EncodeParams p = detail::make_encode_params(layout, codec, layer_data, r, dtypes[i]);
+    EncodeParams p = detail::make_encode_params(layout, codec, layer_data, r, dtypes[i]);
+    if (at != nullptr) {
+      p.device_lengths = at->lengths;
+      p.length_limit = at->limit;
+    }
     if (detail::encode_path(p) == detail::EncodePath::General) {
       KVC_CUDA_TRY(detail::launch_encode(p, s));
       continue;
@@ -195,6 +219,19 @@ Status encode_append_batch(const LayerLayout& layout, const DeviceCodec& codec, 
   }
   for (PendingFastLaunch& pending : fast) KVC_TRY(pending.flush(s));
   return ok_status();
+}
+
+}  // namespace
+
+Status encode_append_batch(const LayerLayout& layout, const DeviceCodec& codec, void* layer_data,
+                           std::span<const EncodeRequest> requests, void* stream) {
+  return append_batch(layout, codec, layer_data, requests, nullptr, stream);
+}
+
+Status encode_append_batch(const LayerLayout& layout, const DeviceCodec& codec, void* layer_data,
+                           std::span<const EncodeRequest> requests, const DeviceLengths& at_device_lengths,
+                           void* stream) {
+  return append_batch(layout, codec, layer_data, requests, &at_device_lengths, stream);
 }
 
 }  // namespace kvcompact::cuda::tq

@@ -67,9 +67,18 @@ __global__ void __launch_bounds__(kEncodeWarps * 32) encode_kernel(EncodeParams 
   float* y = smem + warp * 2u * d;
   float* r = y + d;
 
+  // At the device length (DeviceLengths): every warp reads it; a request ending beyond the limit writes nothing.
+  std::uint32_t first = p.position;
+  if (p.device_lengths != nullptr) {
+    first = p.device_lengths[p.seq];
+    if (first > p.length_limit || p.rows > p.length_limit - first) {
+      if (item == 0 && lane == 0 && p.status != nullptr) atomicOr(p.status, kStatusBeyondLimit);
+      return;
+    }
+  }
   const void* src = is_value ? p.values : p.keys;
   const std::uint64_t src_base = (static_cast<std::uint64_t>(row) * p.kv_heads + head) * d;
-  const std::uint32_t position = p.position + row;
+  const std::uint32_t position = first + row;
   const std::uint64_t slot = (static_cast<std::uint64_t>(p.seq) * p.kv_heads + head) * p.capacity + position;
 
   double sum = 0.0;
@@ -642,6 +651,27 @@ __global__ void __launch_bounds__(kEncodeFastWarps * 32, 2)
   const float scale = gt.block_scale[0];
   const float sign_threshold = gt.qjl_sign_threshold;
   const std::uint32_t key_bits = gt.key_code_bits, value_bits = gt.value_bits;
+  // The batched instance's requests' first positions and rows, read once per block: from the parameter, or at
+  // the device lengths (DeviceLengths), where a request ending beyond the limit keeps 0 rows and so writes
+  // nothing (block 0 reports it). The single-request instance reads its parameter.
+  __shared__ std::uint32_t request_position[kBatched ? kEncodeBatchMax : 1], request_rows[kBatched ? kEncodeBatchMax : 1];
+  if constexpr (kBatched) {
+    if (threadIdx.x < batch.count) {
+      const EncodeSegment& r = batch.segment[threadIdx.x];
+      std::uint32_t position = r.position, rows = r.rows;
+      if (p.device_lengths != nullptr) {
+        position = p.device_lengths[r.seq];
+        if (position > p.length_limit || rows > p.length_limit - position) {
+          rows = 0;
+          if (blockIdx.x == 0 && r.status != nullptr) atomicOr(r.status, kStatusBeyondLimit);
+        }
+      }
+      request_position[threadIdx.x] = position;
+      request_rows[threadIdx.x] = rows;
+    }
+  }
+  auto position_of = [&](std::uint32_t r) { return kBatched ? request_position[r] : batch.segment[0].position; };
+  auto rows_of = [&](std::uint32_t r) { return kBatched ? request_rows[r] : batch.segment[0].rows; };
   __syncthreads();
 
   const std::uint32_t H = p.kv_heads;
@@ -701,7 +731,7 @@ __global__ void __launch_bounds__(kEncodeFastWarps * 32, 2)
     const std::uint32_t row = c.pb * F::R + rr;
     const EncodeSegment& req = batch.segment[kBatched ? c.r : 0u];
     fast_issue<D, DT>(ring + stage * RawOf<DT>::kVecs * 32u, kind ? req.values : req.keys,
-                      static_cast<std::uint64_t>(row) * H + head, t, lane, in_range && row < req.rows);
+                      static_cast<std::uint64_t>(row) * H + head, t, lane, in_range && row < rows_of(c.r));
   };
   Cursor now = cursor_at(g);
   issue(now, 0);
@@ -718,8 +748,10 @@ __global__ void __launch_bounds__(kEncodeFastWarps * 32, 2)
     const std::uint32_t kind = now.rem >= H ? 1u : 0u;
     const std::uint32_t head = now.rem - kind * H;
     const std::uint32_t row = pb * F::R + rr;
-    const bool valid = row < req.rows;
-    const std::uint32_t rows_here = min(F::R, req.rows - pb * F::R);
+    const std::uint32_t rows = rows_of(now.r), first_position = position_of(now.r);
+    const bool valid = row < rows;
+    // (A batched request refused at the device length has 0 rows in every step of it.)
+    const std::uint32_t rows_here = !kBatched || pb * F::R < rows ? min(F::R, rows - pb * F::R) : 0u;
 
     // Two steps ahead into the stage freed by the previous step; then this step's copies (issued two groups
     // ago) are complete. Each lane reads back only what it copied itself, so no barrier is needed.
@@ -736,12 +768,12 @@ __global__ void __launch_bounds__(kEncodeFastWarps * 32, 2)
       for (unsigned i = 0; i < 4; ++i) signs.pairs[i] = pair_masks[i][threadIdx.x];
     }
 
-    const std::uint32_t position = req.position + row;
+    const std::uint32_t position = first_position + row;
     const std::uint64_t slot0 =
-        (static_cast<std::uint64_t>(req.seq) * H + head) * p.capacity + req.position + pb * F::R;
+        (static_cast<std::uint64_t>(req.seq) * H + head) * p.capacity + first_position + pb * F::R;
 
     // Exact window: the f32 row to ring slot position mod W (only the last W rows of the append).
-    if (p.window > 0 && valid && row + p.window >= req.rows) {
+    if (p.window > 0 && valid && row + p.window >= rows) {
       const std::uint64_t wrow = (static_cast<std::uint64_t>(req.seq) * H + head) * p.window + position % p.window;
       float4* dst = reinterpret_cast<float4*>(p.layer + (kind ? p.window_values_offset : p.window_keys_offset)) +
                     wrow * (D / 4);
@@ -977,7 +1009,7 @@ cudaError_t launch_encode(const EncodeParams& p, cudaStream_t stream, bool force
 cudaError_t launch_encode_batch(const EncodeParams& p, const EncodeSegment* segments, std::uint32_t count,
                                 cudaStream_t stream) {
   if (count == 0 || count > kEncodeBatchMax) return cudaErrorInvalidValue;
-  if (count == 1) {
+  if (count == 1 && p.device_lengths == nullptr) {  // (at the device lengths, only the batched instance reads them)
     EncodeSegments<1> one;
     if (!number_steps(p, segments, 1, one)) return cudaErrorInvalidValue;
     return one.total_steps == 0 ? cudaSuccess : launch_fast_segments(p, one, stream);

@@ -25,6 +25,8 @@ inline std::uint64_t layer_buffer_bytes(const LayerLayout& layout) { return layo
 // Bits of the encode status word (EncodeRequest::status): set by the kernel, never cleared by it.
 inline constexpr std::uint32_t kEncodeNonFinite = 1u;      // a NaN / inf input coordinate (its record is zeroed)
 inline constexpr std::uint32_t kEncodeNormOverflow = 2u;   // a norm beyond float32 (its record is zeroed)
+inline constexpr std::uint32_t kEncodeBeyondLimit = 4u;    // appending at the device length: the rows would end
+                                                           // beyond DeviceLengths::limit (nothing was written)
 
 // One layer's rotation signs and scales (main and QJL streams), codebooks and flags, on the device.
 class DeviceCodec {
@@ -62,6 +64,20 @@ Status encode_append(const LayerLayout& layout, const DeviceCodec& codec, void* 
 // verdict goes to its own status word. The records equal those of encode_append called per request.
 Status encode_append_batch(const LayerLayout& layout, const DeviceCodec& codec, void* layer_data,
                            std::span<const EncodeRequest> requests, void* stream = nullptr);
+
+// Appends at the device-resident lengths (DeviceCache::append_at_length, whose steps a CUDA graph can replay):
+// each request's rows go to position lengths[seq], read by the kernel when it runs; request.position is ignored.
+// A request whose rows would end beyond `limit` (≤ the layout's capacity) writes nothing and sets
+// kEncodeBeyondLimit in its status word. The encode does not advance `lengths` (DeviceCache's commit kernel
+// does). The host checks are encode_append_batch's, with `rows ≤ limit` in place of the capacity check of the
+// position; fast-kernel requests share launches as there (with one request too, the batched kernel runs).
+struct DeviceLengths {
+  const std::uint32_t* lengths = nullptr;  // device [layout.sequences]
+  std::uint32_t limit = 0;
+};
+Status encode_append_batch(const LayerLayout& layout, const DeviceCodec& codec, void* layer_data,
+                           std::span<const EncodeRequest> requests, const DeviceLengths& at_device_lengths,
+                           void* stream = nullptr);
 
 // Decode attention plan: fixed per batch shape (sequences of the layout, q_heads, an upper bound on the
 // length). It chooses the split over the sequence and sizes the workspace; decode_attention then does
