@@ -19,10 +19,11 @@ struct DeviceCache::Layer {
   DeviceBuffer data;                        // [layer_buffer_bytes(layout)]
   std::vector<std::uint32_t> lengths;       // host copies
   std::vector<std::uint32_t> window_begins;
-  // Device mirror for the kernels: lengths, then window_begins ([2][sequences], so one upload commits both).
-  DeviceBuffer device_positions;
-  std::uint32_t* device_lengths() { return static_cast<std::uint32_t*>(device_positions.data()); }
-  const std::uint32_t* device_lengths() const { return static_cast<const std::uint32_t*>(device_positions.data()); }
+  // Device mirror for the kernels: lengths, then window_begins ([2][sequences], so one upload commits both); the
+  // layer's part of DeviceCache::positions_ (so one copy brings every layer's back).
+  std::uint32_t* device_positions = nullptr;
+  std::uint32_t* device_lengths() { return device_positions; }
+  const std::uint32_t* device_lengths() const { return device_positions; }
   std::uint32_t* device_window_begins() { return device_lengths() + lengths.size(); }
   const std::uint32_t* device_window_begins() const { return device_lengths() + lengths.size(); }
 };

@@ -33,6 +33,9 @@ Result<DeviceCache> DeviceCache::create(const ktq::CacheShape& shape, const ktq:
   KVC_ASSIGN_OR_RETURN(DeviceProperties props, device_properties(0));
   cache.multiprocessors_ = props.multiprocessors;
   KVC_ASSIGN_OR_RETURN(cache.status_, DeviceBuffer::allocate(4));
+  KVC_ASSIGN_OR_RETURN(cache.positions_,
+                       DeviceBuffer::allocate(std::max<std::uint64_t>(8ull * shape.kv_heads.size() * shape.sequences, 4)));
+  KVC_TRY(cache.positions_.fill(0));
   for (std::uint32_t l = 0; l < shape.kv_heads.size(); ++l) {
     auto layer = std::make_unique<Layer>();
     layer->kv_heads = shape.kv_heads[l];
@@ -46,11 +49,16 @@ Result<DeviceCache> DeviceCache::create(const ktq::CacheShape& shape, const ktq:
       KVC_TRY(layer->data.fill(0));
       layer->lengths.assign(shape.sequences, 0);
       layer->window_begins.assign(shape.sequences, 0);
-      KVC_ASSIGN_OR_RETURN(layer->device_positions, DeviceBuffer::allocate(8ull * shape.sequences));
+      layer->device_positions = static_cast<std::uint32_t*>(cache.positions_.data()) + 2ull * l * shape.sequences;
     }
     cache.layers_.push_back(std::move(layer));
     KVC_TRY(cache.sync_positions(l));
   }
+  const std::size_t slots = cache.layers_.size() * std::size_t{shape.sequences};
+  KVC_ASSIGN_OR_RETURN(cache.step_status_, DeviceBuffer::allocate(std::max<std::size_t>(16 * slots, 4)));
+  KVC_TRY(cache.step_status_.fill(0));
+  cache.pending_slots_.assign(slots, false);
+  cache.length_limits_.assign(cache.layers_.size(), 0u);
   return Result<DeviceCache>(std::move(cache));
 }
 
@@ -92,7 +100,7 @@ Status DeviceCache::sync_positions(std::uint32_t layer) {
   if (l.kv_heads == 0) return ok_status();
   std::vector<std::uint32_t> both(l.lengths);
   both.insert(both.end(), l.window_begins.begin(), l.window_begins.end());
-  return l.device_positions.upload(both.data(), 4ull * both.size());
+  return positions_.upload(both.data(), 4ull * both.size(), 8ull * layer * sequences_);
 }
 
 Status DeviceCache::append(std::uint32_t layer, std::uint32_t seq, std::uint32_t position, std::uint32_t rows,
@@ -136,7 +144,7 @@ Error DeviceCache::rejected_append(std::uint32_t layer, std::uint32_t seq, std::
 }
 
 Status DeviceCache::append_batch(std::uint32_t layer, std::span<const AppendRequest> requests, void* stream) {
-  KVC_TRY(check_no_pending_appends("append"));
+  KVC_TRY(check_host_lengths("append"));
   KVC_TRY(check_append_requests(layer, requests, "append_batch"));
   if (std::none_of(requests.begin(), requests.end(), [](const AppendRequest& r) { return r.rows > 0; })) {
     return ok_status();  // appends of 0 rows store nothing
@@ -189,7 +197,7 @@ Status DeviceCache::append_batch(std::uint32_t layer, std::span<const AppendRequ
 }
 
 Status DeviceCache::truncate_layer(std::uint32_t layer, std::uint32_t seq, std::uint32_t position) {
-  KVC_TRY(check_no_pending_appends("truncate"));
+  KVC_TRY(check_host_lengths("truncate"));
   KVC_TRY(check_layer_seq(layer, seq, false));
   Layer& l = *layers_[layer];
   if (l.kv_heads == 0) return ok_status();
@@ -210,7 +218,7 @@ Status DeviceCache::truncate(std::uint32_t seq, std::uint32_t position) {
 }
 
 Status DeviceCache::reset(std::uint32_t seq) {
-  KVC_TRY(check_no_pending_appends("reset"));
+  KVC_TRY(check_host_lengths("reset"));
   if (seq >= sequences_) {
     return make_error(ErrorCode::OutOfRange, "sequence {} is outside the cache's {} sequences", seq, sequences_);
   }
@@ -225,12 +233,14 @@ Status DeviceCache::reset(std::uint32_t seq) {
 }
 
 void DeviceCache::reset_all() {
-  drop_pending_appends();  // (it empties every sequence: the pending appends' verdicts no longer matter)
+  // (It empties every sequence: the pending appends' verdicts and the device lengths' refusals no longer matter.)
+  drop_pending_appends();
+  drop_device_lengths();
   for (std::uint32_t s = 0; s < sequences_; ++s) (void)reset(s);
 }
 
 Result<ktq::LayerSnapshot> DeviceCache::snapshot(std::uint32_t layer, std::uint32_t seq) const {
-  KVC_TRY(check_no_pending_appends("snapshot"));
+  KVC_TRY(check_host_lengths("snapshot"));
   KVC_TRY(check_layer_seq(layer, seq, false));
   const Layer& l = *layers_[layer];
   ktq::LayerSnapshot snap;
@@ -276,7 +286,7 @@ Result<ktq::LayerSnapshot> DeviceCache::snapshot(std::uint32_t layer, std::uint3
 }
 
 Status DeviceCache::restore(std::uint32_t layer, std::uint32_t seq, const ktq::LayerSnapshot& snap) {
-  KVC_TRY(check_no_pending_appends("restore"));
+  KVC_TRY(check_host_lengths("restore"));
   KVC_TRY(check_layer_seq(layer, seq, false));
   Layer& l = *layers_[layer];
   // The same checks, in the same order, as the CPU cache (tq/snapshot_check.hpp).
@@ -317,13 +327,8 @@ Result<DecodePlan> DeviceCache::plan_decode(std::uint32_t layer, std::uint32_t q
 Status DeviceCache::decode(std::uint32_t layer, const DecodePlan& plan, const float* queries, const float* sinks,
                            float scale, float* output, void* workspace, void* stream) const {
   KVC_TRY(check_layer_seq(layer, 0, true));
+  KVC_TRY(check_plan_covers(layer, plan.max_length));
   const Layer& l = *layers_[layer];
-  for (std::uint32_t s = 0; s < sequences_; ++s) {
-    if (l.lengths[s] > plan.max_length) {
-      return make_error(ErrorCode::OutOfRange, "sequence {} has length {} beyond the plan's max_length {}", s,
-                        l.lengths[s], plan.max_length);
-    }
-  }
   DecodeArgs args;
   args.queries = queries;
   args.lengths = l.device_lengths();
@@ -349,12 +354,7 @@ Status DeviceCache::prefill(std::uint32_t layer, const PrefillPlan& plan, Prefil
       plan.layout.sequences != l.layout.sequences || plan.layout.total_bytes != l.layout.total_bytes) {
     return make_error(ErrorCode::Mismatch, "the prefill plan was made for another layout than layer {}", layer);
   }
-  for (std::uint32_t s = 0; s < sequences_; ++s) {
-    if (l.lengths[s] > plan.max_length) {
-      return make_error(ErrorCode::OutOfRange, "sequence {} has length {} beyond the plan's max_length {}", s,
-                        l.lengths[s], plan.max_length);
-    }
-  }
+  KVC_TRY(check_plan_covers(layer, plan.max_length));
   args.lengths = l.device_lengths();
   args.window_begins = l.device_window_begins();
   return prefill_attention(plan, *l.codec, l.data.data(), args, workspace, stream);
@@ -362,7 +362,7 @@ Status DeviceCache::prefill(std::uint32_t layer, const PrefillPlan& plan, Prefil
 
 Status DeviceCache::attention(std::uint32_t layer, std::span<const ktq::AttentionRequest> requests,
                               const ktq::AttentionOptions& options, void* stream, PrefillPrecision precision) {
-  KVC_TRY(check_no_pending_appends("attention"));
+  KVC_TRY(check_host_lengths("attention"));
   KVC_TRY(check_layer_seq(layer, 0, true));
   const Layer& l = *layers_[layer];
   // tq::validate_attention's checks, in its order and with its messages (it needs a host LayerView).

@@ -37,10 +37,11 @@ Status DeviceCache::append_deferred(std::uint32_t layer, std::span<const AppendR
                       "append_deferred on another stream than the pending step's: every call of a step uses one "
                       "stream (or finish_appends first)");
   }
+  if (lengths_on_device_) KVC_TRY(check_host_lengths("append_deferred"));
   KVC_TRY(check_append_requests(layer, requests, "append_deferred"));
   const std::size_t slots = layers_.size() * std::size_t{sequences_};
   for (const AppendRequest& r : requests) {
-    if (r.rows > 0 && !pending_slots_.empty() && pending_slots_[std::size_t{layer} * sequences_ + r.seq]) {
+    if (r.rows > 0 && pending_slots_[std::size_t{layer} * sequences_ + r.seq]) {
       return make_error(ErrorCode::InvalidArgument,
                         "append_deferred: layer {} sequence {} already has an append in this step (finish_appends "
                         "first)",
@@ -49,11 +50,6 @@ Status DeviceCache::append_deferred(std::uint32_t layer, std::span<const AppendR
   }
   if (std::none_of(requests.begin(), requests.end(), [](const AppendRequest& r) { return r.rows > 0; })) {
     return ok_status();
-  }
-  if (step_status_.size() == 0) {
-    KVC_ASSIGN_OR_RETURN(step_status_, DeviceBuffer::allocate(8ull * slots));
-    KVC_TRY(step_status_.fill(0));
-    pending_slots_.assign(slots, false);
   }
   Layer& l = *layers_[layer];
   auto* status = static_cast<std::uint32_t*>(step_status_.data()) + std::size_t{layer} * sequences_;
@@ -67,10 +63,13 @@ Status DeviceCache::append_deferred(std::uint32_t layer, std::span<const AppendR
   const auto s = static_cast<cudaStream_t>(stream);
   Status launched = encode_append_batch(l.layout, *l.codec, l.data.data(), encodes, stream);
   if (launched.ok()) {
+    detail::CommitTargets targets;
+    targets.lengths = l.device_lengths();
+    targets.window_begins = l.layout.exact_window > 0 ? l.device_window_begins() : nullptr;
+    targets.verdict_offset = static_cast<std::uint32_t>(slots);
+    targets.slots = static_cast<std::uint32_t>(slots);
     const cudaError_t err =
-        detail::launch_commit_appends(commits.data(), static_cast<std::uint32_t>(commits.size()), l.device_lengths(),
-                                      l.layout.exact_window > 0 ? l.device_window_begins() : nullptr,
-                                      static_cast<std::uint32_t>(slots), s);
+        detail::launch_commit_appends(commits.data(), static_cast<std::uint32_t>(commits.size()), targets, s);
     if (err != cudaSuccess) {
       launched = make_error(ErrorCode::Internal, "commit_appends launch: {}", cudaGetErrorString(err));
     }

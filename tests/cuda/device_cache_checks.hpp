@@ -33,11 +33,42 @@ inline void expect_same_snapshot(const kvcompact::tq::LayerSnapshot& a, const kv
   EXPECT_TRUE(a.window_values == b.window_values) << where << ": window values differ";
 }
 
+// `out` (host [sequences, q_heads, head_dim]), a decode of every sequence of `layer` for the queries `q` (host,
+// the same shape, no sinks, scale 1/√d): each non-empty sequence's rows within 1e-3 relative of the float64
+// oracle over the CPU cache; `where` names the call in failures.
+inline void expect_decode_output_matches_oracle(const kvcompact::tq::TurboQuantCache& cpu, std::uint32_t layer,
+                                                std::uint32_t q_heads, const std::vector<float>& q,
+                                                const std::vector<float>& out, const std::string& where = "") {
+  using kvcompact::tq::AttentionRequest;
+  const std::uint32_t d = cpu.head_dim(), sequences = cpu.sequences();
+  std::vector<AttentionRequest> reqs;
+  std::vector<std::uint32_t> seqs;
+  for (std::uint32_t s2 = 0; s2 < sequences; ++s2) {
+    if (cpu.length(layer, s2) == 0) continue;
+    AttentionRequest r;
+    r.seq = s2;
+    r.first_position = cpu.length(layer, s2) - 1;
+    r.rows = 1;
+    r.queries = q.data() + std::size_t{s2} * q_heads * d;
+    r.output = const_cast<float*>(out.data());  // (not written: the oracle returns its rows)
+    reqs.push_back(r);
+    seqs.push_back(s2);
+  }
+  kvcompact::tq::AttentionOptions options;
+  options.q_heads = q_heads;
+  auto ref = take(kvcompact::tq::attention_oracle(cpu.view(layer), reqs, options));
+  const std::size_t row = std::size_t{q_heads} * d;
+  for (std::size_t i = 0; i < reqs.size(); ++i) {
+    std::vector<float> got(out.begin() + seqs[i] * row, out.begin() + (seqs[i] + 1) * row);
+    EXPECT_LE(kvcompact::tq::testing::max_row_relative_error(got, ref[i], row), 1e-3)
+        << where << " layer " << layer << " seq " << seqs[i];
+  }
+}
+
 // Decode attention of every non-empty sequence of `layer` (random queries, q_heads heads, no sinks) on the
 // device cache, within 1e-3 relative per row of the float64 oracle over the CPU cache.
 inline void expect_decode_matches_oracle(const kvcompact::tq::TurboQuantCache& cpu, tq::DeviceCache& gpu,
                                          std::uint32_t layer, std::uint32_t q_heads, std::mt19937_64& rng) {
-  using kvcompact::tq::AttentionRequest;
   const std::uint32_t d = gpu.head_dim(), sequences = gpu.sequences();
   auto plan = take(gpu.plan_decode(layer, q_heads, gpu.capacity()));
   auto ws = take(DeviceBuffer::allocate(plan.workspace_bytes));
@@ -52,28 +83,7 @@ inline void expect_decode_matches_oracle(const kvcompact::tq::TurboQuantCache& c
   ASSERT_TRUE(synchronize().ok());
   std::vector<float> out(q.size());
   ASSERT_TRUE(dout.download(out.data(), out.size() * 4).ok());
-  std::vector<AttentionRequest> reqs;
-  std::vector<std::uint32_t> seqs;
-  for (std::uint32_t s2 = 0; s2 < sequences; ++s2) {
-    if (cpu.length(layer, s2) == 0) continue;
-    AttentionRequest r;
-    r.seq = s2;
-    r.first_position = cpu.length(layer, s2) - 1;
-    r.rows = 1;
-    r.queries = q.data() + std::size_t{s2} * q_heads * d;
-    r.output = out.data();
-    reqs.push_back(r);
-    seqs.push_back(s2);
-  }
-  kvcompact::tq::AttentionOptions options;
-  options.q_heads = q_heads;
-  auto ref = take(kvcompact::tq::attention_oracle(cpu.view(layer), reqs, options));
-  const std::size_t row = std::size_t{q_heads} * d;
-  for (std::size_t i = 0; i < reqs.size(); ++i) {
-    std::vector<float> got(out.begin() + seqs[i] * row, out.begin() + (seqs[i] + 1) * row);
-    EXPECT_LE(kvcompact::tq::testing::max_row_relative_error(got, ref[i], row), 1e-3)
-        << "layer " << layer << " seq " << seqs[i];
-  }
+  expect_decode_output_matches_oracle(cpu, layer, q_heads, q, out);
 }
 
 }  // namespace kvcompact::cuda::testing

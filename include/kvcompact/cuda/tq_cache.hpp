@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "kvcompact/core/dtypes.hpp"
@@ -23,6 +24,15 @@ namespace kvcompact::cuda::tq {
 struct AppendRequest {
   std::uint32_t seq = 0;
   std::uint32_t position = 0;
+  std::uint32_t rows = 0;
+  DType dtype = DType::BF16;
+  const void* keys = nullptr;    // DEVICE [rows, kv_heads, head_dim]
+  const void* values = nullptr;  // DEVICE [rows, kv_heads, head_dim]
+};
+
+// One sequence's rows for DeviceCache::append_at_length: appended at the sequence's length on the device.
+struct LengthAppend {
+  std::uint32_t seq = 0;
   std::uint32_t rows = 0;
   DType dtype = DType::BF16;
   const void* keys = nullptr;    // DEVICE [rows, kv_heads, head_dim]
@@ -83,6 +93,27 @@ class DeviceCache {
   Status finish_appends();
   bool appends_pending() const { return !pending_.empty(); }
 
+  // A decode step that a CUDA graph can replay: append_at_length appends each request's rows at the sequence's
+  // length as the device holds it when the kernels run (no position and no host wait), and a commit kernel on
+  // `stream` advances that length, so a step captured once — append_at_length and decode per layer — appends
+  // and attends at the right place on every replay. The host checks what it can (layer, sequences once each,
+  // rows ≤ max_length ≤ capacity, dtype, pointers; typed errors as append's, nothing launched on failure); the
+  // device refuses an append whose rows would end beyond `max_length` (nothing stored) and, like append,
+  // one with NaN / inf input or a norm beyond float32 (nothing stored; with an exact window its start moves to
+  // the length). From the first call on, the lengths live on the device: length() reports those of the last
+  // sync, and append, append_batch, append_deferred, truncate*, reset, snapshot, restore and attention return
+  // InvalidArgument until sync_lengths; decode and prefill need a plan whose max_length is at least every
+  // max_length passed for their layer since then. sync_lengths waits for `stream` (the stream the steps ran
+  // on), copies the lengths and window starts back and returns the first refused append since the last sync, in
+  // (layer, sequence) order (CapacityExceeded for the limit, NonFinite / OutOfRange for the input, at the
+  // position of that sequence's first refusal); it is a no-op when nothing was appended at the device lengths.
+  // Not while deferred appends are pending (InvalidArgument). A launch failure (a CUDA error) is returned; the
+  // requests of that call count as refused for their input.
+  Status append_at_length(std::uint32_t layer, std::span<const LengthAppend> requests, std::uint32_t max_length,
+                          void* stream = nullptr);
+  Status sync_lengths(void* stream = nullptr);
+  bool lengths_on_device() const { return lengths_on_device_; }
+
   Status truncate(std::uint32_t seq, std::uint32_t position);
   Status truncate_layer(std::uint32_t layer, std::uint32_t seq, std::uint32_t position);
   Status reset(std::uint32_t seq);
@@ -128,7 +159,13 @@ class DeviceCache {
   Status check_layer_seq(std::uint32_t layer, std::uint32_t seq, bool need_attention) const;
   Status check_append_requests(std::uint32_t layer, std::span<const AppendRequest> requests, const char* caller) const;
   Status check_no_pending_appends(const char* operation) const;
+  // check_no_pending_appends, and the host's lengths are current (no append_at_length since sync_lengths).
+  Status check_host_lengths(const char* operation) const;
+  // decode / prefill: a plan of `max_length` covers every sequence of the layer (host lengths, and the limit of
+  // the appends at the device lengths since the last sync).
+  Status check_plan_covers(std::uint32_t layer, std::uint32_t max_length) const;
   void drop_pending_appends();  // waits for the pending step's stream and forgets its appends
+  void drop_device_lengths();   // waits for the device and takes its lengths back without reporting refusals
   static Error rejected_append(std::uint32_t layer, std::uint32_t seq, std::uint32_t position, std::uint32_t flags);
   Status sync_positions(std::uint32_t layer);
 
@@ -143,12 +180,21 @@ class DeviceCache {
   std::uint32_t capacity_ = 0;
   int multiprocessors_ = 1;
   std::vector<std::unique_ptr<Layer>> layers_;
+  // [layers][2][sequences]: each layer's device lengths, then window starts (Layer::device_positions), in one
+  // buffer so that sync_lengths brings them all back in one copy.
+  DeviceBuffer positions_;
   DeviceBuffer status_;        // one encode status word per request of an append (grown by append_batch)
   DeviceBuffer request_args_;  // attention(): [3][requests] seq, first_position, rows
   DeviceBuffer prefill_workspace_;  // attention(): the key splits' partials and counters
-  // append_deferred: [2][layers × sequences] words, status (zero between steps; word layer · sequences + seq),
-  // then the commit kernel's verdicts; allocated by the first deferred append.
+  // The appends without a host wait: [4][layers × sequences] words (word layer · sequences + seq of each part):
+  // encode status (zero between steps), append_deferred's verdicts, and append_at_length's refusals since the
+  // last sync (flags OR-ed, position of the first). Allocated and zeroed by create, so a captured step needs no
+  // allocation.
   DeviceBuffer step_status_;
+  bool lengths_on_device_ = false;
+  std::vector<std::uint32_t> length_limits_;  // [layers]: the largest max_length of append_at_length since sync
+  // (layer, sequence) of append_at_length calls whose launch failed: their window start moves at sync_lengths.
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> failed_at_length_;
   std::vector<PendingAppend> pending_;
   std::vector<bool> pending_slots_;  // [layers × sequences]: has an append in the pending step
   void* pending_stream_ = nullptr;

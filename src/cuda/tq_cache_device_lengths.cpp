@@ -1,0 +1,194 @@
+// DeviceCache's appends at the device-resident lengths (append_at_length / sync_lengths): a decode step whose
+// kernels read each sequence's position when they run, so one captured CUDA graph appends and attends at the
+// right place on every replay. The encode refuses rows that would end beyond the caller's max_length
+// (kEncodeBeyondLimit), the commit kernel (append_commit.hpp) advances the device length of each accepted
+// request and keeps the refusals until sync_lengths brings the lengths back to the host (docs/cuda.md,
+// "DeviceCache").
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "append_commit.hpp"
+#include "check.hpp"
+#include "device_cache_layer.hpp"
+#include "encode_params.hpp"
+#include "kvcompact/cuda/tq_cache.hpp"
+
+namespace kvcompact::cuda::tq {
+
+namespace {
+
+// append_at_length's host checks of one request (the layer and max_length are checked before).
+Status check_length_append(std::uint32_t layer, const LengthAppend& r, std::uint32_t max_length) {
+  if (r.rows > max_length) {
+    return make_error(ErrorCode::CapacityExceeded,
+                      "append_at_length of {} rows to layer {} sequence {} exceeds its max_length {}", r.rows, layer,
+                      r.seq, max_length);
+  }
+  if (r.rows == 0) return ok_status();
+  if (r.dtype != DType::F32 && r.dtype != DType::F16 && r.dtype != DType::BF16) {
+    return make_error(ErrorCode::Unsupported, "append takes f32, f16 or bf16 rows, not {}", dtype_name(r.dtype));
+  }
+  if (r.keys == nullptr || r.values == nullptr) {
+    return make_error(ErrorCode::InvalidArgument, "append of {} rows with null keys or values", r.rows);
+  }
+  return ok_status();
+}
+
+}  // namespace
+
+Status DeviceCache::check_host_lengths(const char* operation) const {
+  KVC_TRY(check_no_pending_appends(operation));
+  if (!lengths_on_device_) return ok_status();
+  return make_error(ErrorCode::InvalidArgument,
+                    "{} while the lengths live on the device (append_at_length since the last sync_lengths): call "
+                    "sync_lengths first",
+                    operation);
+}
+
+Status DeviceCache::check_plan_covers(std::uint32_t layer, std::uint32_t max_length) const {
+  const Layer& l = *layers_[layer];
+  for (std::uint32_t s = 0; s < sequences_; ++s) {
+    if (l.lengths[s] > max_length) {
+      return make_error(ErrorCode::OutOfRange, "sequence {} has length {} beyond the plan's max_length {}", s,
+                        l.lengths[s], max_length);
+    }
+  }
+  if (length_limits_[layer] > max_length) {
+    return make_error(ErrorCode::OutOfRange,
+                      "layer {} appends at the device lengths up to {} (append_at_length's max_length), beyond the "
+                      "plan's max_length {}",
+                      layer, length_limits_[layer], max_length);
+  }
+  return ok_status();
+}
+
+Status DeviceCache::append_at_length(std::uint32_t layer, std::span<const LengthAppend> requests,
+                                     std::uint32_t max_length, void* stream) {
+  KVC_TRY(check_no_pending_appends("append_at_length"));
+  if (layer >= layers_.size()) {
+    return make_error(ErrorCode::OutOfRange, "layer {} is outside the cache's {} layers", layer, layers_.size());
+  }
+  if (layers_[layer]->kv_heads == 0) {
+    return make_error(ErrorCode::InvalidArgument, "layer {} has no attention (0 KV heads) and stores nothing", layer);
+  }
+  if (max_length > capacity_) {
+    return make_error(ErrorCode::CapacityExceeded, "append_at_length: max_length {} exceeds the capacity {}",
+                      max_length, capacity_);
+  }
+  std::vector<bool> seen(sequences_, false);
+  for (const LengthAppend& r : requests) {
+    KVC_TRY(check_layer_seq(layer, r.seq, true));
+    KVC_TRY(check_length_append(layer, r, max_length));
+    if (seen[r.seq]) {
+      return make_error(ErrorCode::InvalidArgument, "append_at_length: sequence {} appears more than once", r.seq);
+    }
+    seen[r.seq] = true;
+  }
+  if (std::none_of(requests.begin(), requests.end(), [](const LengthAppend& r) { return r.rows > 0; })) {
+    return ok_status();
+  }
+  Layer& l = *layers_[layer];
+  auto* status = static_cast<std::uint32_t*>(step_status_.data()) + std::size_t{layer} * sequences_;
+  std::vector<EncodeRequest> encodes;
+  std::vector<detail::EncodeSegment> commits;
+  for (const LengthAppend& r : requests) {
+    if (r.rows == 0) continue;
+    // (position: not read; the kernels append at the device length)
+    encodes.push_back(EncodeRequest{r.seq, 0, r.rows, r.dtype, r.keys, r.values, status + r.seq});
+    commits.push_back({r.keys, r.values, status + r.seq, r.seq, 0, r.rows, 0});
+  }
+  lengths_on_device_ = true;
+  length_limits_[layer] = std::max(length_limits_[layer], max_length);
+  const DeviceLengths at{l.device_lengths(), max_length};
+  Status launched = encode_append_batch(l.layout, *l.codec, l.data.data(), encodes, at, stream);
+  if (launched.ok()) {
+    detail::CommitTargets targets;
+    targets.lengths = l.device_lengths();
+    targets.window_begins = l.layout.exact_window > 0 ? l.device_window_begins() : nullptr;
+    targets.slots = static_cast<std::uint32_t>(layers_.size() * std::size_t{sequences_});
+    targets.sticky = true;
+    targets.at_length = true;
+    const cudaError_t err = detail::launch_commit_appends(commits.data(), static_cast<std::uint32_t>(commits.size()),
+                                                          targets, static_cast<cudaStream_t>(stream));
+    if (err != cudaSuccess) {
+      launched = make_error(ErrorCode::Internal, "commit_appends launch: {}", cudaGetErrorString(err));
+    }
+  }
+  if (!launched.ok()) {
+    // Nothing of this call is committed; the encodes that ran may have written ring slots, so sync_lengths moves
+    // these sequences' window starts to their lengths (which it is the first to know).
+    for (const LengthAppend& r : requests) {
+      if (r.rows > 0) failed_at_length_.emplace_back(layer, r.seq);
+    }
+  }
+  return launched;
+}
+
+Status DeviceCache::sync_lengths(void* stream) {
+  KVC_TRY(check_no_pending_appends("sync_lengths"));
+  const auto s = static_cast<cudaStream_t>(stream);
+  const std::size_t slots = layers_.size() * std::size_t{sequences_};
+  std::vector<std::uint32_t> positions(2 * slots);  // positions_: per layer [lengths, window starts]
+  std::vector<std::uint32_t> refusals(2 * slots);   // [flags, first position] (step_status_ parts 2 and 3)
+  cudaError_t err = cudaMemcpyAsync(positions.data(), positions_.data(), 8ull * slots, cudaMemcpyDeviceToHost, s);
+  auto* words = static_cast<std::uint32_t*>(step_status_.data());
+  if (err == cudaSuccess) {
+    err = cudaMemcpyAsync(refusals.data(), words + 2 * slots, 8ull * slots, cudaMemcpyDeviceToHost, s);
+  }
+  // Every part back to zero (no commit is in flight once the stream is done; a failed call's status words too).
+  if (err == cudaSuccess) err = cudaMemsetAsync(words, 0, 16ull * slots, s);
+  if (err == cudaSuccess) err = cudaStreamSynchronize(s);
+  if (err != cudaSuccess) {
+    return make_error(ErrorCode::Internal, "sync_lengths: {} (the host's lengths were not updated)",
+                      cudaGetErrorString(err));
+  }
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    Layer& l = *layers_[i];
+    if (l.kv_heads == 0) continue;
+    const std::uint32_t* both = positions.data() + 2 * i * sequences_;
+    std::copy(both, both + sequences_, l.lengths.begin());
+    std::copy(both + sequences_, both + 2 * sequences_, l.window_begins.begin());
+  }
+  Status settled = ok_status();
+  if (!failed_at_length_.empty()) {
+    for (const auto& [layer, seq] : failed_at_length_) {
+      Layer& l = *layers_[layer];
+      if (l.layout.exact_window > 0) l.window_begins[seq] = l.lengths[seq];
+    }
+    for (std::uint32_t i = 0; i < layers_.size(); ++i) {
+      const bool touched = std::any_of(failed_at_length_.begin(), failed_at_length_.end(),
+                                       [i](const auto& f) { return f.first == i; });
+      if (touched && settled.ok()) settled = sync_positions(i);
+    }
+  }
+  failed_at_length_.clear();
+  std::fill(length_limits_.begin(), length_limits_.end(), 0u);
+  lengths_on_device_ = false;
+  KVC_TRY(settled);
+  for (std::size_t slot = 0; slot < slots; ++slot) {
+    const std::uint32_t flags = refusals[slot];
+    if (flags == 0) continue;
+    const auto layer = static_cast<std::uint32_t>(slot / sequences_);
+    const auto seq = static_cast<std::uint32_t>(slot % sequences_);
+    const std::uint32_t position = refusals[slots + slot];
+    if ((flags & ~kEncodeBeyondLimit) != 0) return rejected_append(layer, seq, position, flags);
+    return make_error(ErrorCode::CapacityExceeded,
+                      "append_at_length to layer {} sequence {} at position {}: its rows would end beyond the "
+                      "call's max_length (nothing stored)",
+                      layer, seq, position);
+  }
+  return ok_status();
+}
+
+void DeviceCache::drop_device_lengths() {
+  if (!lengths_on_device_) return;
+  (void)cudaDeviceSynchronize();  // the steps' streams are the caller's: wait for all of them
+  (void)step_status_.fill(0);
+  failed_at_length_.clear();
+  std::fill(length_limits_.begin(), length_limits_.end(), 0u);
+  lengths_on_device_ = false;
+}
+
+}  // namespace kvcompact::cuda::tq
