@@ -1,12 +1,15 @@
 // End-to-end decode step through the GPU-resident TurboQuant cache (DeviceCache), as a serving loop runs it:
-// per layer, append every sequence's new token (bf16 K and V), then decode attention for all sequences. Three
+// per layer, append every sequence's new token (bf16 K and V), then decode attention for all sequences. The
 // ways, host wall-clock per step (append waits for its encode, so the step's end is a host event anyway):
 //   append    - DeviceCache::append once per sequence (one encode launch and one wait each), then decode;
 //   batch     - DeviceCache::append_batch for all sequences of the layer (one wait), then decode;
 //   deferred  - DeviceCache::append_deferred per layer, then decode; one finish_appends (one wait) per step;
+//   graph     - the whole step (append_at_length and decode per layer) captured once in a CUDA graph and
+//               replayed: one launch per step, the lengths stay on the device (sync_lengths after the runs);
+//   graph_sync - the graph's replay followed by sync_lengths every step (the host learns each step's lengths);
 //   decode    - decode alone (no append): the attention kernels' share of the step.
 // Llama-3-8B attention shapes (32 query / 8 KV heads, head_dim 128), 8 layers, contexts prefilled with random
-// rows. Prints µs per step and per layer; CSV with --csv.
+// rows. Prints µs per step, per layer (graph) and deferred ÷ graph; CSV with --csv.
 // Usage: kvcompact_cuda_tq_step_bench [--quick] [--csv FILE]
 #include <cuda_runtime.h>
 
@@ -84,15 +87,15 @@ int main(int argc, char** argv) {
 
   std::printf("decode step through DeviceCache: %u layers, %u query / %u KV heads, head_dim %u, context %u\n",
               kLayers, kQHeads, kKvHeads, kHeadDim, context);
-  std::printf("%-12s %5s %8s %12s %12s %12s %12s %10s %10s\n", "mode", "batch", "context", "append_us", "batch_us",
-              "deferred_us", "decode_us", "per_layer", "speedup");
+  std::printf("%-12s %5s %8s %10s %10s %11s %10s %13s %10s %9s %9s\n", "mode", "batch", "context", "append_us",
+              "batch_us", "deferred_us", "graph_us", "graph_sync_us", "decode_us", "per_layer", "speedup");
   for (const Mode& mode : modes) {
     for (std::uint32_t b : batches) {
       tq::CacheShape shape;
       shape.head_dim = kHeadDim;
       shape.kv_heads.assign(kLayers, kKvHeads);
       shape.sequences = b;
-      shape.capacity = context + 3 * static_cast<std::uint32_t>(warmup + reps) + 8;  // three appending ways
+      shape.capacity = context + 5 * static_cast<std::uint32_t>(warmup + reps) + 8;  // five appending ways
       auto cache = take(cuda::tq::DeviceCache::create(shape, mode.config), "DeviceCache::create");
       for (std::uint32_t l = 0; l < kLayers; ++l) {
         for (std::uint32_t s = 0; s < b; ++s) {
@@ -145,16 +148,46 @@ int main(int argc, char** argv) {
         }
         BENCH_CHECK(cache.finish_appends());
       });
+      // The step captured once: per layer the appends at the device lengths and decode, on a stream of its own.
+      cudaStream_t stream = nullptr;
+      CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+      std::vector<cuda::tq::LengthAppend> at_length(b);
+      for (std::uint32_t s = 0; s < b; ++s) at_length[s] = {s, 1, DType::BF16, token(token_k, s), token(token_v, s)};
+      CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+      for (std::uint32_t l = 0; l < kLayers; ++l) {
+        BENCH_CHECK(cache.append_at_length(l, at_length, shape.capacity, stream));
+        BENCH_CHECK(cache.decode(l, plans[l], q, nullptr, 0.0f, o, ws.data(), stream));
+      }
+      cudaGraph_t graph = nullptr;
+      CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+      cudaGraphExec_t exec = nullptr;
+      CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+      const std::uint32_t before = cache.length(0, 0);
+      const double graph_us = median_step_us(warmup, reps, [&] { CUDA_CHECK(cudaGraphLaunch(exec, stream)); });
+      const double graph_sync_us = median_step_us(warmup, reps, [&] {
+        CUDA_CHECK(cudaGraphLaunch(exec, stream));
+        BENCH_CHECK(cache.sync_lengths(stream));
+      });
+      BENCH_CHECK(cache.sync_lengths(stream));
+      if (cache.length(0, 0) != before + 2 * static_cast<std::uint32_t>(warmup + reps)) {
+        std::fprintf(stderr, "graph replays appended %u rows, expected %d\n", cache.length(0, 0) - before,
+                     2 * (warmup + reps));
+        return 1;
+      }
+      CUDA_CHECK(cudaGraphExecDestroy(exec));
+      CUDA_CHECK(cudaGraphDestroy(graph));
+      CUDA_CHECK(cudaStreamDestroy(stream));
       const double decode_us = median_step_us(warmup, reps, [&] {
         for (std::uint32_t l = 0; l < kLayers; ++l) decode_all(l);
       });
-      std::printf("%-12s %5u %8u %12.1f %12.1f %12.1f %12.1f %10.1f %9.2fx\n", mode.name, b, context, append_us,
-                  batch_us, deferred_us, decode_us, deferred_us / kLayers, append_us / deferred_us);
+      std::printf("%-12s %5u %8u %10.1f %10.1f %11.1f %10.1f %13.1f %10.1f %9.1f %8.2fx\n", mode.name, b, context,
+                  append_us, batch_us, deferred_us, graph_us, graph_sync_us, decode_us, graph_us / kLayers,
+                  deferred_us / graph_us);
       std::fflush(stdout);
       if (csv != nullptr) {
-        const char* ways[] = {"append", "batch", "deferred", "decode"};
-        const double us[] = {append_us, batch_us, deferred_us, decode_us};
-        for (int w = 0; w < 4; ++w) {
+        const char* ways[] = {"append", "batch", "deferred", "graph", "graph_sync", "decode"};
+        const double us[] = {append_us, batch_us, deferred_us, graph_us, graph_sync_us, decode_us};
+        for (int w = 0; w < 6; ++w) {
           std::fprintf(csv, "%s,%u,%u,%u,%s,%.2f,%.2f\n", mode.name, b, context, kLayers, ways[w], us[w], us[w] / kLayers);
         }
         std::fflush(csv);
