@@ -33,8 +33,8 @@ Result<DeviceCache> DeviceCache::create(const ktq::CacheShape& shape, const ktq:
   KVC_ASSIGN_OR_RETURN(DeviceProperties props, device_properties(0));
   cache.multiprocessors_ = props.multiprocessors;
   KVC_ASSIGN_OR_RETURN(cache.status_, DeviceBuffer::allocate(4));
-  KVC_ASSIGN_OR_RETURN(cache.positions_,
-                       DeviceBuffer::allocate(std::max<std::uint64_t>(8ull * shape.kv_heads.size() * shape.sequences, 4)));
+  const std::uint64_t position_bytes = 8ull * shape.kv_heads.size() * shape.sequences;
+  KVC_ASSIGN_OR_RETURN(cache.positions_, DeviceBuffer::allocate(std::max<std::uint64_t>(position_bytes, 4)));
   KVC_TRY(cache.positions_.fill(0));
   for (std::uint32_t l = 0; l < shape.kv_heads.size(); ++l) {
     auto layer = std::make_unique<Layer>();

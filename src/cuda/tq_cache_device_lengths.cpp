@@ -1,7 +1,7 @@
 // DeviceCache's appends at the device-resident lengths (append_at_length / sync_lengths): a decode step whose
 // kernels read each sequence's position when they run, so one captured CUDA graph appends and attends at the
 // right place on every replay. The encode refuses rows that would end beyond the caller's max_length
-// (kEncodeBeyondLimit), the commit kernel (append_commit.hpp) advances the device length of each accepted
+// (kEncodeBeyondLimit); the commit kernel (append_commit.hpp) advances the device length of each accepted
 // request and keeps the refusals until sync_lengths brings the lengths back to the host (docs/cuda.md,
 // "DeviceCache").
 #include <cuda_runtime.h>

@@ -106,9 +106,10 @@ class DeviceCache {
   // max_length passed for their layer since then. sync_lengths waits for `stream` (the stream the steps ran
   // on), copies the lengths and window starts back and returns the first refused append since the last sync, in
   // (layer, sequence) order (CapacityExceeded for the limit, NonFinite / OutOfRange for the input, at the
-  // position of that sequence's first refusal); it is a no-op when nothing was appended at the device lengths.
-  // Not while deferred appends are pending (InvalidArgument). A launch failure (a CUDA error) is returned; the
-  // requests of that call count as refused for their input.
+  // position of that sequence's first refusal). Replays of a captured step are invisible to the host, so it
+  // always copies: call it after replays, before anything that reads the host's lengths. Not while deferred
+  // appends are pending (InvalidArgument). A launch failure (a CUDA error) is returned; the requests of that
+  // call count as refused for their input (nothing committed; sync_lengths moves their window starts).
   Status append_at_length(std::uint32_t layer, std::span<const LengthAppend> requests, std::uint32_t max_length,
                           void* stream = nullptr);
   Status sync_lengths(void* stream = nullptr);
