@@ -55,6 +55,30 @@ DeviceBuffer::~DeviceBuffer() {
   if (ptr_ != nullptr) (void)cudaFree(ptr_);
 }
 
+Result<PinnedBuffer> PinnedBuffer::allocate(std::uint64_t bytes) {
+  PinnedBuffer buffer;
+  if (bytes == 0) return buffer;
+  KVC_CUDA_TRY(cudaMallocHost(&buffer.ptr_, bytes));
+  buffer.bytes_ = bytes;
+  return buffer;
+}
+
+PinnedBuffer::PinnedBuffer(PinnedBuffer&& other) noexcept
+    : ptr_(std::exchange(other.ptr_, nullptr)), bytes_(std::exchange(other.bytes_, 0)) {}
+
+PinnedBuffer& PinnedBuffer::operator=(PinnedBuffer&& other) noexcept {
+  if (this != &other) {
+    if (ptr_ != nullptr) (void)cudaFreeHost(ptr_);
+    ptr_ = std::exchange(other.ptr_, nullptr);
+    bytes_ = std::exchange(other.bytes_, 0);
+  }
+  return *this;
+}
+
+PinnedBuffer::~PinnedBuffer() {
+  if (ptr_ != nullptr) (void)cudaFreeHost(ptr_);
+}
+
 Status DeviceBuffer::upload(const void* src, std::uint64_t bytes, std::uint64_t offset) {
   if (offset > bytes_ || bytes > bytes_ - offset) {
     return make_error(ErrorCode::OutOfRange, "upload of {} bytes at offset {} exceeds the {}-byte buffer", bytes,

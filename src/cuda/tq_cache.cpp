@@ -58,6 +58,7 @@ Result<DeviceCache> DeviceCache::create(const ktq::CacheShape& shape, const ktq:
   KVC_ASSIGN_OR_RETURN(cache.step_status_, DeviceBuffer::allocate(std::max<std::size_t>(16 * slots, 4)));
   KVC_TRY(cache.step_status_.fill(0));
   cache.pending_slots_.assign(slots, false);
+  KVC_ASSIGN_OR_RETURN(cache.sync_staging_, PinnedBuffer::allocate(16 * slots + 4));
   cache.length_limits_.assign(cache.layers_.size(), 0u);
   return Result<DeviceCache>(std::move(cache));
 }

@@ -130,12 +130,14 @@ Status DeviceCache::sync_lengths(void* stream) {
   KVC_TRY(check_no_pending_appends("sync_lengths"));
   const auto s = static_cast<cudaStream_t>(stream);
   const std::size_t slots = layers_.size() * std::size_t{sequences_};
-  std::vector<std::uint32_t> positions(2 * slots);  // positions_: per layer [lengths, window starts]
-  std::vector<std::uint32_t> refusals(2 * slots);   // [flags, first position] (step_status_ parts 2 and 3)
-  cudaError_t err = cudaMemcpyAsync(positions.data(), positions_.data(), 8ull * slots, cudaMemcpyDeviceToHost, s);
+  // Into page-locked memory: positions_ (per layer [lengths, window starts]), then the refusals ([flags, first
+  // position]: step_status_ parts 2 and 3).
+  std::uint32_t* const positions = static_cast<std::uint32_t*>(sync_staging_.data());
+  std::uint32_t* const refusals = positions + 2 * slots;
+  cudaError_t err = cudaMemcpyAsync(positions, positions_.data(), 8ull * slots, cudaMemcpyDeviceToHost, s);
   auto* words = static_cast<std::uint32_t*>(step_status_.data());
   if (err == cudaSuccess) {
-    err = cudaMemcpyAsync(refusals.data(), words + 2 * slots, 8ull * slots, cudaMemcpyDeviceToHost, s);
+    err = cudaMemcpyAsync(refusals, words + 2 * slots, 8ull * slots, cudaMemcpyDeviceToHost, s);
   }
   // Every part back to zero (no commit is in flight once the stream is done; a failed call's status words too).
   if (err == cudaSuccess) err = cudaMemsetAsync(words, 0, 16ull * slots, s);
@@ -147,7 +149,7 @@ Status DeviceCache::sync_lengths(void* stream) {
   for (std::size_t i = 0; i < layers_.size(); ++i) {
     Layer& l = *layers_[i];
     if (l.kv_heads == 0) continue;
-    const std::uint32_t* both = positions.data() + 2 * i * sequences_;
+    const std::uint32_t* both = positions + 2 * i * sequences_;
     std::copy(both, both + sequences_, l.lengths.begin());
     std::copy(both + sequences_, both + 2 * sequences_, l.window_begins.begin());
   }

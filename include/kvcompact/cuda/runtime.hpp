@@ -51,6 +51,27 @@ class DeviceBuffer {
   std::uint64_t bytes_ = 0;
 };
 
+// Owning, move-only page-locked host allocation (cudaMallocHost): device-to-host copies into it are
+// asynchronous and skip the driver's staging copy (DeviceCache::sync_lengths reads its lengths through one).
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  static Result<PinnedBuffer> allocate(std::uint64_t bytes);
+  PinnedBuffer(PinnedBuffer&& other) noexcept;
+  PinnedBuffer& operator=(PinnedBuffer&& other) noexcept;
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+  ~PinnedBuffer();
+
+  void* data() { return ptr_; }
+  const void* data() const { return ptr_; }
+  std::uint64_t size() const { return bytes_; }
+
+ private:
+  void* ptr_ = nullptr;
+  std::uint64_t bytes_ = 0;
+};
+
 // cudaDeviceSynchronize, with any asynchronous kernel error mapped to an Error.
 Status synchronize();
 // cudaStreamSynchronize on an opaque stream (null = default stream).

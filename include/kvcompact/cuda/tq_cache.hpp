@@ -184,6 +184,8 @@ class DeviceCache {
   // [layers][2][sequences]: each layer's device lengths, then window starts (Layer::device_positions), in one
   // buffer so that sync_lengths brings them all back in one copy.
   DeviceBuffer positions_;
+  // sync_lengths' landing place for positions_ and the refusal words ([2 · layers · sequences] words each).
+  PinnedBuffer sync_staging_;
   DeviceBuffer status_;        // one encode status word per request of an append (grown by append_batch)
   DeviceBuffer request_args_;  // attention(): [3][requests] seq, first_position, rows
   DeviceBuffer prefill_workspace_;  // attention(): the key splits' partials and counters
