@@ -1,5 +1,5 @@
 // DeviceCache::append_at_length / sync_lengths (appends at the device-resident lengths, so a captured CUDA graph
-// of a decode step can be replayed): random steps — direct calls and graph replays — must leave the bytes and
+// of a decode step can be replayed) and the codec-level encode_append_batch at the device lengths: random steps — direct calls and graph replays — must leave the bytes and
 // lengths of a CPU TurboQuantCache appending one by one, decode in the same step must see the new tokens,
 // refusals (bad input, rows beyond max_length) are kept on the device until sync_lengths, and the rules of
 // device-held lengths are typed errors. Skips without a CUDA device.
@@ -17,7 +17,10 @@
 #include "cuda/device_cache_checks.hpp"
 #include "kvcompact/core/dtypes.hpp"
 #include "kvcompact/cuda/runtime.hpp"
+#include "kvcompact/cuda/tq.hpp"
 #include "kvcompact/cuda/tq_cache.hpp"
+#include "kvcompact/tq/codec.hpp"
+#include "kvcompact/tq/layout.hpp"
 #include "kvcompact/tq/cache.hpp"
 #include "unit/tq/attention_test_util.hpp"
 
@@ -64,6 +67,82 @@ void expect_layers_match(const TurboQuantCache& cpu, const DeviceCache& gpu, std
                            where + " layer " + std::to_string(layer) + " seq " + std::to_string(s));
     }
   }
+}
+
+// The codec-level form (encode_append_batch with DeviceLengths): the bytes equal encode_append at the host
+// positions, for the fast kernel and the general one; requests ending beyond the limit write nothing and report
+// kEncodeBeyondLimit; the device lengths are read, not advanced.
+TEST(CudaAppendAtLength, EncodeAtDeviceLengthsEqualsHostPositions) {
+  if (device_count() == 0) GTEST_SKIP() << "no CUDA device (cudaGetDeviceCount reports none)";
+  const std::uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  const QuantConfig config = *QuantConfig::parse("k=prod3,v=mse3,w=8", seed);
+  const std::uint32_t d = 128, heads = 2, sequences = 4, capacity = 40, limit = 36;
+  auto codec = take(kvcompact::tq::LayerCodec::create(d, config, 3));
+  auto dcodec = take(DeviceCodec::create(codec));
+  const auto layout = take(kvcompact::tq::plan_layer_layout(d, heads, sequences, capacity, config));
+  auto at_lengths = take(DeviceBuffer::allocate(layer_buffer_bytes(layout)));
+  auto at_positions = take(DeviceBuffer::allocate(layer_buffer_bytes(layout)));
+  ASSERT_TRUE(at_lengths.fill(0).ok());
+  ASSERT_TRUE(at_positions.fill(0).ok());
+  // Sequence 0: 3 bf16 rows at 5 (fast); 1: 20 f32 rows at 0, misaligned (general); 2: 12 f16 rows at 30
+  // (general, 42 > 36: refused); 3: 9 bf16 rows at 30 (fast, 39 > 36: refused).
+  const std::uint32_t lengths[sequences] = {5, 0, 30, 30};
+  const std::uint32_t rows[sequences] = {3, 20, 12, 9};
+  const DType dtypes[sequences] = {DType::BF16, DType::F32, DType::F16, DType::BF16};
+  const bool misaligned[sequences] = {false, true, true, false};
+  auto device_lengths = take(DeviceBuffer::allocate(sizeof(lengths)));
+  ASSERT_TRUE(device_lengths.upload(lengths, sizeof(lengths)).ok());
+  auto status = take(DeviceBuffer::allocate(4 * sequences));
+  ASSERT_TRUE(status.fill(0).ok());
+  std::vector<AppendInput> inputs;
+  std::vector<MisalignedRows> shifted;
+  inputs.reserve(sequences);
+  shifted.reserve(sequences);
+  std::vector<EncodeRequest> requests;
+  for (std::uint32_t s = 0; s < sequences; ++s) {
+    inputs.push_back(make_append_input(rng, rows[s], heads, d, dtypes[s]));
+    EncodeRequest r{s, 0, rows[s], dtypes[s], inputs.back().device_keys.data(), inputs.back().device_values.data(),
+                    static_cast<std::uint32_t*>(status.data()) + s};
+    if (misaligned[s]) {
+      shifted.push_back(misaligned_copy(inputs.back(), dtypes[s]));
+      r.keys = shifted.back().key_ptr;
+      r.values = shifted.back().value_ptr;
+    }
+    requests.push_back(r);
+    if (lengths[s] + rows[s] <= limit) {  // the reference: the same rows at the host position
+      r.position = lengths[s];
+      r.status = nullptr;
+      ASSERT_TRUE(encode_append(layout, dcodec, at_positions.data(), r).ok());
+    }
+  }
+  const DeviceLengths at{static_cast<const std::uint32_t*>(device_lengths.data()), limit};
+  const Status st = encode_append_batch(layout, dcodec, at_lengths.data(), requests, at);
+  ASSERT_TRUE(st.ok()) << st.error().to_string();
+  ASSERT_TRUE(synchronize().ok());
+  std::vector<std::uint8_t> a(layer_buffer_bytes(layout)), b(a.size());
+  ASSERT_TRUE(at_lengths.download(a.data(), a.size()).ok());
+  ASSERT_TRUE(at_positions.download(b.data(), b.size()).ok());
+  EXPECT_TRUE(a == b) << "the layer bytes differ from the appends at the host positions";
+  std::uint32_t flags[sequences], after[sequences];
+  ASSERT_TRUE(status.download(flags, sizeof(flags)).ok());
+  ASSERT_TRUE(device_lengths.download(after, sizeof(after)).ok());
+  for (std::uint32_t s = 0; s < sequences; ++s) {
+    EXPECT_EQ(flags[s], lengths[s] + rows[s] <= limit ? 0u : kEncodeBeyondLimit) << "sequence " << s;
+    EXPECT_EQ(after[s], lengths[s]) << "the encode reads the lengths and leaves them";
+  }
+  // Host checks: rows beyond the limit, a limit beyond the capacity, no lengths array.
+  EncodeRequest too_long = requests[0];
+  too_long.rows = limit + 1;
+  EXPECT_EQ(encode_append_batch(layout, dcodec, at_lengths.data(), {&too_long, 1}, at).error().code,
+            ErrorCode::CapacityExceeded);
+  EXPECT_EQ(encode_append_batch(layout, dcodec, at_lengths.data(), requests, DeviceLengths{at.lengths, capacity + 1})
+                .error()
+                .code,
+            ErrorCode::CapacityExceeded);
+  EXPECT_EQ(encode_append_batch(layout, dcodec, at_lengths.data(), requests, DeviceLengths{nullptr, limit}).error().code,
+            ErrorCode::InvalidArgument);
 }
 
 TEST(CudaAppendAtLength, StepsMatchTheCpuCacheAcrossSyncs) {
