@@ -42,11 +42,8 @@ TEST(CudaAppendDeferred, StepsMatchTheCpuCacheAndDecodeSeesThePendingTokens) {
     SCOPED_TRACE(std::string("mode ") + mode + " seed " + std::to_string(seed));
     std::mt19937_64 rng(seed);
     const QuantConfig config = *QuantConfig::parse(mode, seed);
-    CacheShape shape;
-    shape.head_dim = 128;
-    shape.kv_heads = {2, 0, 4};  // a layer without attention in between
-    shape.sequences = 5;
-    shape.capacity = 96;
+    // Layer 1 has no attention (0 KV heads) in between.
+    const CacheShape shape{.head_dim = 128, .kv_heads = {2, 0, 4}, .sequences = 5, .capacity = 96};
     auto cpu = take(TurboQuantCache::create(shape, config));
     auto gpu = take(DeviceCache::create(shape, config));
     const DType dtypes[] = {DType::F32, DType::BF16, DType::F16};
@@ -96,11 +93,7 @@ TEST(CudaAppendDeferred, RejectedAppendsAreSettledAtFinish) {
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
   const QuantConfig config = *QuantConfig::parse("k=mse4,v=mse3,nc,w=8", seed);
-  CacheShape shape;
-  shape.head_dim = 64;
-  shape.kv_heads = {2, 2};
-  shape.sequences = 4;
-  shape.capacity = 32;
+  const CacheShape shape{.head_dim = 64, .kv_heads = {2, 2}, .sequences = 4, .capacity = 32};
   auto cpu = take(TurboQuantCache::create(shape, config));
   auto gpu = take(DeviceCache::create(shape, config));
   const std::uint32_t heads = 2, d = 64;
@@ -171,11 +164,7 @@ TEST(CudaAppendDeferred, RejectedAppendsAreSettledAtFinish) {
 TEST(CudaAppendDeferred, PendingStepRulesAreTypedErrors) {
   if (device_count() == 0) GTEST_SKIP() << "no CUDA device (cudaGetDeviceCount reports none)";
   const QuantConfig config = QuantConfig::seed_system(9);
-  CacheShape shape;
-  shape.head_dim = 64;
-  shape.kv_heads = {1, 1};
-  shape.sequences = 3;
-  shape.capacity = 16;
+  const CacheShape shape{.head_dim = 64, .kv_heads = {1, 1}, .sequences = 3, .capacity = 16};
   auto gpu = take(DeviceCache::create(shape, config));
   std::vector<float> rows(4 * 64, 0.25f);
   auto drows = take(DeviceBuffer::allocate(rows.size() * 4));
