@@ -166,7 +166,7 @@ class DeviceCache {
   // the appends at the device lengths since the last sync).
   Status check_plan_covers(std::uint32_t layer, std::uint32_t max_length) const;
   void drop_pending_appends();  // waits for the pending step's stream and forgets its appends
-  void drop_device_lengths();   // waits for the device and takes its lengths back without reporting refusals
+  void drop_device_lengths();   // waits for the device, zeroes the status words, forgets the limits (reset_all)
   static Error rejected_append(std::uint32_t layer, std::uint32_t seq, std::uint32_t position, std::uint32_t flags);
   Status sync_positions(std::uint32_t layer);
 
