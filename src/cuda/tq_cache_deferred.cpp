@@ -37,6 +37,7 @@ Status DeviceCache::append_deferred(std::uint32_t layer, std::span<const AppendR
                       "append_deferred on another stream than the pending step's: every call of a step uses one "
                       "stream (or finish_appends first)");
   }
+  // (Not check_host_lengths as such: its pending-step check would refuse this step's own later calls.)
   if (lengths_on_device_) KVC_TRY(check_host_lengths("append_deferred"));
   KVC_TRY(check_append_requests(layer, requests, "append_deferred"));
   const std::size_t slots = layers_.size() * std::size_t{sequences_};

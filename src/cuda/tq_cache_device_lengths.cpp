@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <limits>
 #include <vector>
 
 #include "append_commit.hpp"
@@ -14,8 +15,11 @@
 #include "device_cache_layer.hpp"
 #include "encode_params.hpp"
 #include "kvcompact/cuda/tq_cache.hpp"
+#include "kvcompact/tq/append_check.hpp"
 
 namespace kvcompact::cuda::tq {
+
+namespace ktq = kvcompact::tq;
 
 namespace {
 
@@ -26,14 +30,10 @@ Status check_length_append(std::uint32_t layer, const LengthAppend& r, std::uint
                       "append_at_length of {} rows to layer {} sequence {} exceeds its max_length {}", r.rows, layer,
                       r.seq, max_length);
   }
-  if (r.rows == 0) return ok_status();
-  if (r.dtype != DType::F32 && r.dtype != DType::F16 && r.dtype != DType::BF16) {
-    return make_error(ErrorCode::Unsupported, "append takes f32, f16 or bf16 rows, not {}", dtype_name(r.dtype));
-  }
-  if (r.keys == nullptr || r.values == nullptr) {
-    return make_error(ErrorCode::InvalidArgument, "append of {} rows with null keys or values", r.rows);
-  }
-  return ok_status();
+  // The shared append checks for the rest (dtype, pointers): the position and capacity they check first are
+  // the device's business here, so they are given values that pass.
+  return ktq::validate_append(layer, r.seq, 0, std::numeric_limits<std::uint32_t>::max(), 0, r.rows, r.dtype, r.keys,
+                              r.values);
 }
 
 }  // namespace
