@@ -16,6 +16,7 @@ inline constexpr unsigned kDecodeThreads = 128;  // window and merge kernels (th
 inline constexpr unsigned kDecodeGroup = 8;     // query heads per block (the MMA's N)
 inline constexpr unsigned kDecodePackedGroup = 4;  // groups up to this size: hi and lo halves share the N columns
 inline constexpr unsigned kMaxWindow = 8192;    // window scores live in shared memory
+inline constexpr std::uint32_t kStatusLengthBeyondPlan = 1u;  // kDecodeLengthBeyondPlan (tq.hpp) for the kernels
 
 struct DecodeParams {
   const std::uint8_t* layer;
@@ -29,6 +30,10 @@ struct DecodeParams {
   float* part_lse;                     // [seqs, q_heads, splits + 1] (log2 domain)
   std::uint64_t key_codes, key_signs, key_norms, key_rho, value_codes, value_norms, window_keys, window_values;
   std::uint32_t head_dim, kv_heads, capacity, window, q_heads, group, head_groups, chunk, splits, seqs;
+  // DecodePlan::max_length: a sequence whose device length exceeds it is not read and gets NaN outputs, and
+  // kDecodeLengthBeyondPlan goes into *status when status is not null.
+  std::uint32_t max_length;
+  std::uint32_t* status;
   std::uint32_t tables_key_code_bits, tables_value_bits;  // select the kernel instance
   std::uint32_t tables_has_qjl;                           // sizes the shared memory (sign and ρ buffers)
   float scale_log2;  // softmax scale · log2(e)

@@ -80,6 +80,8 @@ Result<DecodePlan> plan_decode(const LayerLayout& layout, const kvcompact::tq::Q
   return plan;
 }
 
+static_assert(detail::kStatusLengthBeyondPlan == kDecodeLengthBeyondPlan, "the kernels' status bit and the public one");
+
 Status decode_attention(const DecodePlan& plan, const DeviceCodec& codec, const void* layer_data,
                         const DecodeArgs& args, void* workspace, void* stream) {
   const LayerLayout& layout = plan.layout;
@@ -117,6 +119,8 @@ Status decode_attention(const DecodePlan& plan, const DeviceCodec& codec, const 
   p.chunk = plan.chunk;
   p.splits = plan.splits;
   p.seqs = layout.sequences;
+  p.max_length = plan.max_length;
+  p.status = args.status;
   p.tables_key_code_bits = plan.config.key_code_bits();
   p.tables_value_bits = plan.config.value_bits;
   p.tables_has_qjl = plan.config.has_qjl() ? 1u : 0u;

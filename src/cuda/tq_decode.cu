@@ -314,11 +314,23 @@ struct SplitMerge {
   const float* sinks;
   float* output;
   unsigned long long* arrivals;
-  std::uint32_t splits, q_heads;
+  const std::uint32_t* lengths;
+  std::uint32_t* status;
+  std::uint32_t splits, q_heads, max_length;
 };
 
 __device__ __forceinline__ SplitMerge split_merge(const DecodeParams& p) {
-  return SplitMerge{p.part_o, p.part_lse, p.sinks, p.output, p.arrivals, p.splits, p.q_heads};
+  return SplitMerge{p.part_o, p.part_lse, p.sinks,  p.output,     p.arrivals,
+                    p.lengths, p.status,  p.splits, p.q_heads, p.max_length};
+}
+
+// A sequence whose device length is beyond the plan's max_length (DecodeArgs): its splits read nothing, and the
+// merge writes NaN to the output rows [row0, row0 + rows) of d floats and flags `status`, so the caller sees a
+// loud result instead of an attention that silently left the later tokens out.
+__device__ inline void write_beyond_plan(float* output, std::uint32_t* status, std::uint64_t row0, std::uint32_t rows,
+                                         std::uint32_t d, unsigned threads) {
+  for (std::uint32_t i = threadIdx.x; i < rows * d; i += threads) output[row0 * d + i] = __int_as_float(0x7fc00000);
+  if (threadIdx.x == 0 && status != nullptr) atomicOr(status, kStatusLengthBeyondPlan);
 }
 
 // The in-kernel merge (layouts without an exact window; with one, window_kernel and merge_kernel run after this
@@ -374,6 +386,10 @@ __device__ __noinline__ void merge_if_last(const SplitMerge p, const Tables* tab
   }
   __syncthreads();
   if (*last == 0u) return;
+  if (p.lengths[seq] > p.max_length) {
+    write_beyond_plan(p.output, p.status, static_cast<std::uint64_t>(seq) * p.q_heads + qh0, nh, D, kBlockSize);
+    return;
+  }
   // Per head: the largest log-sum-exp (with the sink) and the weights' sum, one warp per head.
   for (unsigned h = warp; h < nh; h += kWarps) {
     const std::uint64_t base = (static_cast<std::uint64_t>(seq) * p.q_heads + qh0 + h) * (p.splits + 1);
@@ -478,9 +494,11 @@ __global__ void __launch_bounds__(Shape<D, CB, VB, WIDE>::threads, (decode_min_b
   const std::uint32_t kvh = blockIdx.y / p.head_groups;
   const std::uint32_t hg = blockIdx.y % p.head_groups;
   const std::uint32_t split = blockIdx.x;
-  // Lengths come from device memory; clamping to the capacity keeps every read inside the layer buffer even
-  // for a length the caller got wrong (the documented precondition is length ≤ plan.max_length ≤ capacity).
-  const std::uint32_t length = min(p.lengths[seq], p.capacity);
+  // Lengths come from device memory. Within the plan, length ≤ max_length ≤ capacity keeps every read inside the
+  // layer buffer; a length beyond it reads nothing (as an empty sequence), and the merge writes NaN outputs for
+  // it (merge_if_last, merge_kernel).
+  const std::uint32_t device_length = p.lengths[seq];
+  const std::uint32_t length = device_length <= p.max_length ? device_length : 0u;
   const std::uint32_t wb = p.window_begins != nullptr ? p.window_begins[seq] : 0u;
   const std::uint32_t qend = exact_begin(length, wb, p.window);
   const std::uint32_t begin = split * p.chunk;
@@ -1044,7 +1062,8 @@ __global__ void __launch_bounds__(kThreads) window_kernel(DecodeParams p) {
   const std::uint32_t seq = blockIdx.y, qh = blockIdx.x;
   const std::uint32_t d = p.head_dim;
   const unsigned tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5;
-  const std::uint32_t length = min(p.lengths[seq], p.capacity);
+  const std::uint32_t device_length = p.lengths[seq];
+  const std::uint32_t length = device_length <= p.max_length ? device_length : 0u;  // beyond the plan: NaN (merge)
   const std::uint32_t wb = p.window_begins != nullptr ? p.window_begins[seq] : 0u;
   const std::uint32_t first = exact_begin(length, wb, p.window);
   const std::uint32_t n = length - first;
@@ -1118,6 +1137,10 @@ __global__ void __launch_bounds__(kThreads) merge_kernel(DecodeParams p) {
   m = fmaxf(fmaxf(fmaxf(red[0], red[1]), fmaxf(red[2], red[3])), sink);
   __syncthreads();
   float* out = p.output + item * d;
+  if (p.lengths[item / p.q_heads] > p.max_length) {
+    write_beyond_plan(p.output, p.status, item, 1, d, kThreads);
+    return;
+  }
   if (m == -INFINITY) {
     for (std::uint32_t j = tid; j < d; j += kThreads) out[j] = 0.0f;
     return;

@@ -99,13 +99,20 @@ Result<DecodePlan> plan_decode(const LayerLayout& layout, const kvcompact::tq::Q
 
 // One query row per sequence: the query of position lengths[seq] − 1, which sees positions
 // [0, lengths[seq]) (the newest token included). Sequences with length 0 get a zero output.
+// The lengths are device values, so the host cannot check them against the plan: the kernels do. A sequence
+// whose length exceeds plan.max_length (the plan's splits would leave its later tokens out) gets NaN in every
+// output element instead of a shorter attention, nothing of it is read, and `status`, when given, has
+// kDecodeLengthBeyondPlan OR-ed into it.
+inline constexpr std::uint32_t kDecodeLengthBeyondPlan = 1u;
 struct DecodeArgs {
   const float* queries = nullptr;             // device [sequences, q_heads, head_dim]
-  const std::uint32_t* lengths = nullptr;     // device [sequences], each ≤ plan.max_length and ≤ capacity
+  const std::uint32_t* lengths = nullptr;     // device [sequences], each ≤ plan.max_length (≤ capacity)
   const std::uint32_t* window_begins = nullptr;  // device [sequences]; may be null without an exact window
   const float* sinks = nullptr;               // device [q_heads] sink logits, or null
   float scale = 0.0f;                         // softmax scale; 0 = 1/√head_dim
   float* output = nullptr;                    // device [sequences, q_heads, head_dim]
+  std::uint32_t* status = nullptr;            // device word or null: kDecodeLengthBeyondPlan is OR-ed in (never
+                                              // cleared by the kernels)
 };
 Status decode_attention(const DecodePlan& plan, const DeviceCodec& codec, const void* layer_data,
                         const DecodeArgs& args, void* workspace, void* stream = nullptr);
