@@ -9,6 +9,7 @@ namespace {
 constexpr std::uint32_t kWroteRejected = ~kStatusBeyondLimit;
 
 __global__ void commit_appends_kernel(const __grid_constant__ EncodeBatch batch, const CommitTargets t) {
+  if (threadIdx.x == 0 && t.commits != nullptr) atomicAdd(t.commits, 1u);
   if (threadIdx.x >= batch.count) return;
   const EncodeSegment& r = batch.segment[threadIdx.x];
   if (r.rows == 0) return;

@@ -25,6 +25,9 @@ struct CommitTargets {
   bool sticky = false;
   // The requests' positions: their EncodeSegment::position (host positions) or the device length (at_length).
   bool at_length = false;
+  // Or null: a counter every launch increments, so that the host can tell whether commits ran since it last read
+  // it (DeviceCache: replays of a captured append_at_length that sync_lengths has not seen).
+  std::uint32_t* commits = nullptr;
 };
 
 // requests: up to any count (launched kEncodeBatchMax per block). Requests of 0 rows are skipped.

@@ -55,7 +55,7 @@ Result<DeviceCache> DeviceCache::create(const ktq::CacheShape& shape, const ktq:
     KVC_TRY(cache.sync_positions(l));
   }
   const std::size_t slots = cache.layers_.size() * std::size_t{shape.sequences};
-  KVC_ASSIGN_OR_RETURN(cache.step_status_, DeviceBuffer::allocate(std::max<std::size_t>(16 * slots, 4)));
+  KVC_ASSIGN_OR_RETURN(cache.step_status_, DeviceBuffer::allocate(16 * slots + 4));  // + the commit counter
   KVC_TRY(cache.step_status_.fill(0));
   cache.pending_slots_.assign(slots, false);
   KVC_ASSIGN_OR_RETURN(cache.sync_staging_, PinnedBuffer::allocate(16 * slots + 4));
@@ -145,7 +145,7 @@ Error DeviceCache::rejected_append(std::uint32_t layer, std::uint32_t seq, std::
 }
 
 Status DeviceCache::append_batch(std::uint32_t layer, std::span<const AppendRequest> requests, void* stream) {
-  KVC_TRY(check_host_lengths("append"));
+  KVC_TRY(check_host_lengths("append", stream));
   KVC_TRY(check_append_requests(layer, requests, "append_batch"));
   if (std::none_of(requests.begin(), requests.end(), [](const AppendRequest& r) { return r.rows > 0; })) {
     return ok_status();  // appends of 0 rows store nothing
@@ -363,7 +363,7 @@ Status DeviceCache::prefill(std::uint32_t layer, const PrefillPlan& plan, Prefil
 
 Status DeviceCache::attention(std::uint32_t layer, std::span<const ktq::AttentionRequest> requests,
                               const ktq::AttentionOptions& options, void* stream, PrefillPrecision precision) {
-  KVC_TRY(check_host_lengths("attention"));
+  KVC_TRY(check_host_lengths("attention", stream));
   KVC_TRY(check_layer_seq(layer, 0, true));
   const Layer& l = *layers_[layer];
   // tq::validate_attention's checks, in its order and with its messages (it needs a host LayerView).

@@ -38,12 +38,30 @@ Status check_length_append(std::uint32_t layer, const LengthAppend& r, std::uint
 
 }  // namespace
 
-Status DeviceCache::check_host_lengths(const char* operation) const {
+Status DeviceCache::check_host_lengths(const char* operation, void* stream) const {
   KVC_TRY(check_no_pending_appends(operation));
-  if (!lengths_on_device_) return ok_status();
+  if (lengths_on_device_) {
+    return make_error(ErrorCode::InvalidArgument,
+                      "{} while the lengths live on the device (append_at_length since the last sync_lengths): call "
+                      "sync_lengths first",
+                      operation);
+  }
+  if (!at_length_used_) return ok_status();
+  // Replays of a captured append_at_length advance the device lengths without the host knowing: they show in
+  // the commit counter (the word after the status parts), which sync_lengths and reset_all take as seen.
+  const auto s = static_cast<cudaStream_t>(stream);
+  const std::size_t slots = layers_.size() * std::size_t{sequences_};
+  std::uint32_t commits = 0;
+  cudaError_t err = cudaMemcpyAsync(&commits, static_cast<const std::uint32_t*>(step_status_.data()) + 4 * slots, 4,
+                                    cudaMemcpyDeviceToHost, s);
+  if (err == cudaSuccess) err = cudaStreamSynchronize(s);
+  if (err != cudaSuccess) {
+    return make_error(ErrorCode::Internal, "{}: reading the commit counter: {}", operation, cudaGetErrorString(err));
+  }
+  if (commits == synced_commits_) return ok_status();
   return make_error(ErrorCode::InvalidArgument,
-                    "{} while the lengths live on the device (append_at_length since the last sync_lengths): call "
-                    "sync_lengths first",
+                    "{}: append_at_length has committed on the device since the last sync_lengths (replays of a "
+                    "captured step?), so the host's lengths are stale: call sync_lengths first (nothing was done)",
                     operation);
 }
 
@@ -100,6 +118,7 @@ Status DeviceCache::append_at_length(std::uint32_t layer, std::span<const Length
     commits.push_back({r.keys, r.values, status + r.seq, r.seq, 0, r.rows, 0});
   }
   lengths_on_device_ = true;
+  at_length_used_ = true;
   length_limits_[layer] = std::max(length_limits_[layer], max_length);
   const DeviceLengths at{l.device_lengths(), max_length};
   Status launched = encode_append_batch(l.layout, *l.codec, l.data.data(), encodes, at, stream);
@@ -110,6 +129,7 @@ Status DeviceCache::append_at_length(std::uint32_t layer, std::span<const Length
     targets.slots = static_cast<std::uint32_t>(layers_.size() * std::size_t{sequences_});
     targets.sticky = true;
     targets.at_length = true;
+    targets.commits = static_cast<std::uint32_t*>(step_status_.data()) + 4 * targets.slots;
     const cudaError_t err = detail::launch_commit_appends(commits.data(), static_cast<std::uint32_t>(commits.size()),
                                                           targets, static_cast<cudaStream_t>(stream));
     if (err != cudaSuccess) {
@@ -131,13 +151,13 @@ Status DeviceCache::sync_lengths(void* stream) {
   const auto s = static_cast<cudaStream_t>(stream);
   const std::size_t slots = layers_.size() * std::size_t{sequences_};
   // Into page-locked memory: positions_ (per layer [lengths, window starts]), then the refusals ([flags, first
-  // position]: step_status_ parts 2 and 3).
+  // position]: step_status_ parts 2 and 3) and the commit counter after them.
   std::uint32_t* const positions = static_cast<std::uint32_t*>(sync_staging_.data());
   std::uint32_t* const refusals = positions + 2 * slots;
   cudaError_t err = cudaMemcpyAsync(positions, positions_.data(), 8ull * slots, cudaMemcpyDeviceToHost, s);
   auto* words = static_cast<std::uint32_t*>(step_status_.data());
   if (err == cudaSuccess) {
-    err = cudaMemcpyAsync(refusals, words + 2 * slots, 8ull * slots, cudaMemcpyDeviceToHost, s);
+    err = cudaMemcpyAsync(refusals, words + 2 * slots, 8ull * slots + 4, cudaMemcpyDeviceToHost, s);
   }
   // Every part back to zero (no commit is in flight once the stream is done; a failed call's status words too).
   if (err == cudaSuccess) err = cudaMemsetAsync(words, 0, 16ull * slots, s);
@@ -168,6 +188,7 @@ Status DeviceCache::sync_lengths(void* stream) {
   failed_at_length_.clear();
   std::fill(length_limits_.begin(), length_limits_.end(), 0u);
   lengths_on_device_ = false;
+  synced_commits_ = refusals[2 * slots];
   KVC_TRY(settled);
   for (std::size_t slot = 0; slot < slots; ++slot) {
     const std::uint32_t flags = refusals[slot];
@@ -185,9 +206,10 @@ Status DeviceCache::sync_lengths(void* stream) {
 }
 
 void DeviceCache::drop_device_lengths() {
-  if (!lengths_on_device_) return;
+  if (!lengths_on_device_ && !at_length_used_) return;
   (void)cudaDeviceSynchronize();  // the steps' streams are the caller's: wait for all of them
-  (void)step_status_.fill(0);
+  (void)step_status_.fill(0);  // the commit counter too, which is then seen at 0
+  synced_commits_ = 0;
   failed_at_length_.clear();
   std::fill(length_limits_.begin(), length_limits_.end(), 0u);
   lengths_on_device_ = false;

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <initializer_list>
 #include <random>
 #include <string>
 #include <vector>
@@ -31,6 +32,17 @@ inline void expect_same_snapshot(const kvcompact::tq::LayerSnapshot& a, const kv
   EXPECT_TRUE(a.value_norms == b.value_norms) << where << ": value norms differ";
   EXPECT_TRUE(a.window_keys == b.window_keys) << where << ": window keys differ";
   EXPECT_TRUE(a.window_values == b.window_values) << where << ": window values differ";
+}
+
+// Every sequence of each of `layers`: the device cache's snapshot byte-equal to the CPU cache's.
+inline void expect_layers_match(const kvcompact::tq::TurboQuantCache& cpu, const tq::DeviceCache& gpu,
+                                std::initializer_list<std::uint32_t> layers, const std::string& where) {
+  for (std::uint32_t layer : layers) {
+    for (std::uint32_t s = 0; s < gpu.sequences(); ++s) {
+      expect_same_snapshot(take(cpu.snapshot(layer, s)), take(gpu.snapshot(layer, s)),
+                           where + " layer " + std::to_string(layer) + " seq " + std::to_string(s));
+    }
+  }
 }
 
 // `out` (host [sequences, q_heads, head_dim]), a decode of every sequence of `layer` for the queries `q` (host,

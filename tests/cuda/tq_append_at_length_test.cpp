@@ -30,6 +30,7 @@ namespace {
 using kvcompact::cuda::testing::AppendInput;
 using kvcompact::cuda::testing::expect_decode_matches_oracle;
 using kvcompact::cuda::testing::expect_decode_output_matches_oracle;
+using kvcompact::cuda::testing::expect_layers_match;
 using kvcompact::cuda::testing::expect_same_snapshot;
 using kvcompact::cuda::testing::make_append_input;
 using kvcompact::cuda::testing::take;
@@ -59,15 +60,6 @@ MisalignedRows misaligned_copy(const AppendInput& in, DType dtype) {
   return m;
 }
 
-void expect_layers_match(const TurboQuantCache& cpu, const DeviceCache& gpu, std::initializer_list<std::uint32_t> layers,
-                         const std::string& where) {
-  for (std::uint32_t layer : layers) {
-    for (std::uint32_t s = 0; s < gpu.sequences(); ++s) {
-      expect_same_snapshot(take(cpu.snapshot(layer, s)), take(gpu.snapshot(layer, s)),
-                           where + " layer " + std::to_string(layer) + " seq " + std::to_string(s));
-    }
-  }
-}
 
 // The codec-level form (encode_append_batch with DeviceLengths): the bytes equal encode_append at the host
 // positions, for the fast kernel and the general one; requests ending beyond the limit write nothing and report

@@ -107,7 +107,13 @@ class DeviceCache {
   // on), copies the lengths and window starts back and returns the first refused append since the last sync, in
   // (layer, sequence) order (CapacityExceeded for the limit, NonFinite / OutOfRange for the input, at the
   // position of that sequence's first refusal). Replays of a captured step are invisible to the host, so it
-  // always copies: call it after replays, before anything that reads the host's lengths. Not while deferred
+  // always copies: call it after replays, before anything that reads the host's lengths. A call that forgets
+  // it is refused, not run on stale lengths: once append_at_length has been used, append, append_batch,
+  // truncate*, reset, snapshot, restore and attention read the device's count of its commits (a 4-byte copy
+  // and a wait on their stream, the default stream for those without one) and return InvalidArgument when
+  // commits ran since the last sync_lengths or reset_all; decode answers NaN for a sequence whose device length
+  // is beyond its plan (DecodeArgs). append_deferred does not check (it would cost the host wait it exists to
+  // avoid). Not while deferred
   // appends are pending (InvalidArgument). A launch failure (a CUDA error) is returned; the requests of that
   // call count as refused for their input (nothing committed; sync_lengths moves their window starts).
   Status append_at_length(std::uint32_t layer, std::span<const LengthAppend> requests, std::uint32_t max_length,
@@ -160,13 +166,17 @@ class DeviceCache {
   Status check_layer_seq(std::uint32_t layer, std::uint32_t seq, bool need_attention) const;
   Status check_append_requests(std::uint32_t layer, std::span<const AppendRequest> requests, const char* caller) const;
   Status check_no_pending_appends(const char* operation) const;
-  // check_no_pending_appends, and the host's lengths are current (no append_at_length since sync_lengths).
-  Status check_host_lengths(const char* operation) const;
+  // check_no_pending_appends, and the host's lengths are current: no append_at_length since sync_lengths and,
+  // once append_at_length has been used, no commit of one on the device since (a replayed graph): that reads
+  // the device's commit counter on `stream` (a 4-byte copy and a wait).
+  Status check_host_lengths(const char* operation, void* stream = nullptr) const;
   // decode / prefill: a plan of `max_length` covers every sequence of the layer (host lengths, and the limit of
   // the appends at the device lengths since the last sync).
   Status check_plan_covers(std::uint32_t layer, std::uint32_t max_length) const;
   void drop_pending_appends();  // waits for the pending step's stream and forgets its appends
-  void drop_device_lengths();   // waits for the device, zeroes the status words, forgets the limits (reset_all)
+  // Waits for the device, zeroes the status words, forgets the limits and takes the commit counter as seen
+  // (reset_all).
+  void drop_device_lengths();
   static Error rejected_append(std::uint32_t layer, std::uint32_t seq, std::uint32_t position, std::uint32_t flags);
   Status sync_positions(std::uint32_t layer);
 
@@ -184,17 +194,20 @@ class DeviceCache {
   // [layers][2][sequences]: each layer's device lengths, then window starts (Layer::device_positions), in one
   // buffer so that sync_lengths brings them all back in one copy.
   DeviceBuffer positions_;
-  // sync_lengths' landing place for positions_ and the refusal words ([2 · layers · sequences] words each).
+  // sync_lengths' landing place for positions_ and the refusal words ([2 · layers · sequences] words each), then
+  // the commit counter (step_status_).
   PinnedBuffer sync_staging_;
   DeviceBuffer status_;        // one encode status word per request of an append (grown by append_batch)
   DeviceBuffer request_args_;  // attention(): [3][requests] seq, first_position, rows
   DeviceBuffer prefill_workspace_;  // attention(): the key splits' partials and counters
   // The appends without a host wait: [4][layers × sequences] words (word layer · sequences + seq of each part):
   // encode status (zero between steps), append_deferred's verdicts, and append_at_length's refusals since the
-  // last sync (flags OR-ed, position of the first). Allocated and zeroed by create, so a captured step needs no
-  // allocation.
+  // last sync (flags OR-ed, position of the first); then one word, the count of append_at_length's commit
+  // launches (never reset). Allocated and zeroed by create, so a captured step needs no allocation.
   DeviceBuffer step_status_;
   bool lengths_on_device_ = false;
+  bool at_length_used_ = false;       // append_at_length was called once: graphs of it may replay at any time
+  std::uint32_t synced_commits_ = 0;  // the commit counter as the last sync_lengths (or reset_all) saw it
   std::vector<std::uint32_t> length_limits_;  // [layers]: the largest max_length of append_at_length since sync
   // (layer, sequence) of append_at_length calls whose launch failed: their window start moves at sync_lengths.
   std::vector<std::pair<std::uint32_t, std::uint32_t>> failed_at_length_;
