@@ -186,21 +186,28 @@ __device__ inline void fill_luts(const Luts& l, const Tables& t, const PrefillPa
 struct BlockRange {
   std::uint32_t entry, kvh, hg, seq, nrows, tok0, first, length, eb, ntok, kend, hb, ntiles;
   std::uint64_t row_base, slot0;
-  // False when the block has nothing to do (a bad device sequence index, or no rows left for its tile).
+  bool bad_sequence;  // the device sequence index is out of range: no key is read, every row is NaN
+  // False when the block has nothing to do (no rows left for its tile). Broken device preconditions are flagged
+  // in p.status (PrefillArgs).
   __device__ bool init(const PrefillParams& p, unsigned tile_tokens) {
     entry = blockIdx.z;
     kvh = blockIdx.y / p.head_groups;
     hg = blockIdx.y % p.head_groups;
     seq = p.seqs != nullptr ? p.seqs[entry] : entry;
-    if (seq >= p.sequences) return false;  // a bad device index: nothing is read or written
     nrows = p.rows[entry];
+    if (nrows > p.max_rows && blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0 && p.status != nullptr) {
+      atomicOr(p.status, kStatusRowsBeyondPlan);  // rows past max_rows have no block
+    }
     tok0 = blockIdx.x / p.key_splits * p.tokens_per_block;  // the blocks of a tile's key splits are adjacent
     if (tok0 >= nrows) return false;
     row_base = 0;
     for (std::uint32_t e = 0; e < entry; ++e) row_base += p.rows[e];
     first = p.first_positions[entry];
-    // Clamping to the capacity keeps every read inside the layer buffer even for lengths the caller got wrong.
-    length = min(p.lengths[seq], p.capacity);
+    bad_sequence = seq >= p.sequences;
+    if (bad_sequence) seq = 0;  // (its keys are not read: length 0 below)
+    // Clamping to the capacity keeps every read inside the layer buffer even for lengths the caller got wrong;
+    // the rows at positions not below it are NaN (finish_rows).
+    length = bad_sequence ? 0u : min(p.lengths[seq], p.capacity);
     const std::uint32_t wb = p.window_begins != nullptr ? p.window_begins[seq] : 0u;
     eb = exact_begin(length, wb, p.window);
     ntok = min(p.tokens_per_block, nrows - tok0);
@@ -330,6 +337,14 @@ __device__ inline void finish_rows(const PrefillParams& p, const Tables& t, cons
     const std::uint32_t qh = b.kvh * p.group + b.hg * b.hb + hl;
     const std::uint64_t grow = b.row_base + b.tok0 + tl;
     const std::uint64_t pos = static_cast<std::uint64_t>(b.first) + b.tok0 + tl;
+    if (b.bad_sequence || pos >= b.length) {  // a broken device precondition (PrefillArgs): loud, not short
+      float* out = p.output + (grow * p.q_heads + qh) * D;
+      for (unsigned j = lane; j < D; j += 32) out[j] = __int_as_float(0x7fc00000);
+      if (lane == 0 && p.status != nullptr) {
+        atomicOr(p.status, b.bad_sequence ? kStatusBadSequence : kStatusPositionBeyondLength);
+      }
+      continue;
+    }
     // R_p⁻¹ in registers (the operations of warp_rotate_inverse in its order): coordinate lane + 32i in x[i].
     float x[D / 32];
 #pragma unroll

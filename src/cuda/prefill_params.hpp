@@ -11,6 +11,11 @@
 
 namespace kvcompact::cuda::tq::detail {
 
+// PrefillArgs::status bits, for the kernels (tq_prefill.hpp has the public names; tq_prefill.cpp checks they agree).
+inline constexpr std::uint32_t kStatusBadSequence = 1u;
+inline constexpr std::uint32_t kStatusRowsBeyondPlan = 2u;
+inline constexpr std::uint32_t kStatusPositionBeyondLength = 4u;
+
 struct PrefillParams {
   const std::uint8_t* layer;
   const Tables* tables;
@@ -29,6 +34,9 @@ struct PrefillParams {
   std::uint32_t head_groups;       // blocks along the GQA group (group > rows of a block only)
   std::uint32_t tiles;             // query tiles of one entry (grid x = tiles · key_splits)
   std::uint32_t batch;
+  std::uint32_t max_rows;  // PrefillPlan::max_rows: an entry's rows past it are not computed (flagged)
+  // Or null: the kStatus* flags below of broken device preconditions (PrefillArgs) are OR-ed in.
+  std::uint32_t* status;
   // Split over the keys (warpgroup kernel only; 1 = none): the blocks of one query tile each take a contiguous
   // part of its key tiles and write a partial (kRows x d output rows, then the rows' maxima and sums) to
   // `partials` at [(unit · key_splits + split)], unit = (entry · grid y + y) · tiles + tile; the last of them to

@@ -147,6 +147,10 @@ Result<PrefillPlan> with_key_splits(const PrefillPlan& plan, std::uint32_t key_s
   return out;
 }
 
+static_assert(detail::kStatusBadSequence == kPrefillBadSequence && detail::kStatusRowsBeyondPlan == kPrefillRowsBeyondPlan &&
+                  detail::kStatusPositionBeyondLength == kPrefillPositionBeyondLength,
+              "the kernels' status bits and the public ones");
+
 Status prefill_attention(const PrefillPlan& plan, const DeviceCodec& codec, const void* layer_data,
                          const PrefillArgs& args, void* workspace, void* stream) {
   const LayerLayout& layout = plan.layout;
@@ -198,6 +202,8 @@ Status prefill_attention(const PrefillPlan& plan, const DeviceCodec& codec, cons
   p.head_groups = plan.head_groups;
   p.tiles = plan.tiles;
   p.batch = args.batch;
+  p.max_rows = plan.max_rows;
+  p.status = args.status;
   p.key_code_bits = plan.config.key_code_bits();
   p.value_bits = plan.config.value_bits;
   p.qjl = plan.config.has_qjl() ? 1u : 0u;

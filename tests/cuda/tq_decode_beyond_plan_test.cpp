@@ -6,9 +6,11 @@
 // host has not synced is in tq_unsynced_replays_test.cpp. Skips without a CUDA device.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cuda/cuda_test_util.hpp"
@@ -30,6 +32,10 @@ using kvcompact::tq::testing::random_rows;
 // The rows of `out` (host [sequences, q_heads, d]) for sequence `seq`.
 std::vector<float> rows_of(const std::vector<float>& out, std::uint32_t seq, std::size_t row) {
   return {out.begin() + seq * row, out.begin() + (seq + 1) * row};
+}
+
+std::size_t count_nan(const std::vector<float>& x) {
+  return static_cast<std::size_t>(std::count_if(x.begin(), x.end(), [](float v) { return std::isnan(v); }));
 }
 
 struct BeyondCase {
@@ -91,23 +97,25 @@ void check_beyond_plan(const BeyondCase& c, std::uint64_t seed) {
   options.q_heads = q_heads;
   const auto ref = take(kvcompact::tq::attention_oracle(view, requests, options));
 
+  // One launch: the output and the status word (zeroed before; left alone when not passed).
+  auto run = [&](const DecodePlan& run_plan, DeviceBuffer& workspace, bool with_status) {
+    EXPECT_OK(dout.fill(0));
+    EXPECT_OK(dstatus.fill(0));
+    args.status = with_status ? static_cast<std::uint32_t*>(dstatus.data()) : nullptr;
+    EXPECT_OK(decode_attention(run_plan, codec, layer.data(), args, workspace.data()));
+    EXPECT_OK(synchronize());
+    std::pair<std::vector<float>, std::uint32_t> got{std::vector<float>(q.size()), 0u};
+    EXPECT_OK(dout.download(got.first.data(), got.first.size() * 4));
+    EXPECT_OK(dstatus.download(&got.second, 4));
+    return got;
+  };
   for (const bool with_status : {true, false}) {
     SCOPED_TRACE(with_status ? "with a status word" : "without a status word");
-    ASSERT_OK(dout.fill(0));
-    ASSERT_OK(dstatus.fill(0));
-    args.status = with_status ? static_cast<std::uint32_t*>(dstatus.data()) : nullptr;
-    ASSERT_OK(decode_attention(plan, codec, layer.data(), args, ws.data()));
-    ASSERT_OK(synchronize());
-    std::vector<float> out(q.size());
-    ASSERT_OK(dout.download(out.data(), out.size() * 4));
-    std::uint32_t status = 0;
-    ASSERT_OK(dstatus.download(&status, 4));
+    const auto [out, status] = run(plan, ws, with_status);
     EXPECT_EQ(status, with_status ? kDecodeLengthBeyondPlan : 0u);
     for (const std::uint32_t s : {0u, 2u, 4u}) {
-      std::size_t nan = 0;
-      for (float x : rows_of(out, s, row)) nan += std::isnan(x) ? 1 : 0;
-      EXPECT_EQ(nan, row) << "sequence " << s << " (device length " << device_lengths[s] << ", plan "
-                          << plan_length << ")";
+      EXPECT_EQ(count_nan(rows_of(out, s, row)), row)
+          << "sequence " << s << " (device length " << device_lengths[s] << ", plan " << plan_length << ")";
     }
     for (std::size_t i = 0; i < requests.size(); ++i) {
       const std::uint32_t s = requests[i].seq;
@@ -119,20 +127,11 @@ void check_beyond_plan(const BeyondCase& c, std::uint64_t seed) {
   // The same lengths under a plan that covers them: no flag, no NaN.
   device_lengths[4] = 0;
   ASSERT_OK(dlen.upload(device_lengths.data(), 4ull * seqs));
-  ASSERT_OK(dstatus.fill(0));
   auto full = take(plan_decode(*view.layout, config, q_heads, capacity, sms));
   auto full_ws = take(DeviceBuffer::allocate(full.workspace_bytes));
-  args.status = static_cast<std::uint32_t*>(dstatus.data());
-  ASSERT_OK(decode_attention(full, codec, layer.data(), args, full_ws.data()));
-  ASSERT_OK(synchronize());
-  std::vector<float> out(q.size());
-  ASSERT_OK(dout.download(out.data(), out.size() * 4));
-  std::uint32_t status = 1;
-  ASSERT_OK(dstatus.download(&status, 4));
+  const auto [out, status] = run(full, full_ws, true);
   EXPECT_EQ(status, 0u);
-  std::size_t nan = 0;
-  for (float x : out) nan += std::isnan(x) ? 1 : 0;
-  EXPECT_EQ(nan, 0u);
+  EXPECT_EQ(count_nan(out), 0u);
 }
 
 TEST(CudaDecodeBeyondPlan, NaNRowsAndAFlagForLengthsBeyondThePlan) {

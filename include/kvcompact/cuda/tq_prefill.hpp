@@ -78,11 +78,18 @@ Result<PrefillPlan> with_key_splits(const PrefillPlan& plan, std::uint32_t key_s
 // One launch for a ragged batch: entry i holds rows[i] query rows of cache sequence seqs[i] (or i when seqs is
 // null) at positions first_positions[i] + r, r ∈ [0, rows[i]); row r sees key positions [0, first_positions[i]
 // + r] (causal). Entry i's queries / outputs are rows [Σ_{j<i} rows[j], …) of the [total_rows, q_heads,
-// head_dim] f32 arrays. Preconditions on the device values (they cannot be checked on the host): seqs[i] <
-// layout.sequences (other entries are skipped), rows[i] ≤ plan.max_rows (rows past it are not computed),
-// first_positions[i] + rows[i] ≤ lengths[seq] ≤ plan.max_length, sinks finite or −inf. Reads are clamped to
-// the layout in every case, so a wrong device value never reads or writes outside the layer buffer; outputs
-// are written only inside the rows of each entry.
+// head_dim] f32 arrays. Preconditions on the device values (the host cannot check them; the kernels do, and
+// a broken one is loud, not silent): seqs[i] < layout.sequences — else every computed row of the entry is NaN
+// and nothing of the cache is read (kPrefillBadSequence); rows[i] ≤ plan.max_rows — rows past it are not
+// computed, their outputs are left as they were (kPrefillRowsBeyondPlan); first_positions[i] + rows[i] ≤
+// lengths[seq] ≤ capacity — a row at a position not below min(lengths[seq], capacity) is NaN
+// (kPrefillPositionBeyondLength: its keys are not all stored). The flags go into `status` when it is given.
+// sinks finite or −inf. Reads are clamped to the layout in every case, so a wrong device value never reads or
+// writes outside the layer buffer; outputs are written only inside the rows of each entry. (A length beyond the
+// plan's max_length is covered: the key tiles follow the device length.)
+inline constexpr std::uint32_t kPrefillBadSequence = 1u;
+inline constexpr std::uint32_t kPrefillRowsBeyondPlan = 2u;
+inline constexpr std::uint32_t kPrefillPositionBeyondLength = 4u;
 struct PrefillArgs {
   std::uint32_t batch = 0;                       // entries (host value); ≤ plan.max_batch
   const std::uint32_t* seqs = nullptr;           // device [batch] or null
@@ -94,6 +101,7 @@ struct PrefillArgs {
   const float* sinks = nullptr;                  // device [q_heads] sink logits, or null
   float scale = 0.0f;                            // softmax scale; 0 = 1/√head_dim
   float* output = nullptr;                       // device [total_rows, q_heads, head_dim]
+  std::uint32_t* status = nullptr;               // device word or null: the kPrefill* flags are OR-ed in
 };
 
 // Checks every host-visible argument (Mismatch for a codec of another head_dim / mode, InvalidArgument for null
