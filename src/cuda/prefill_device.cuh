@@ -195,8 +195,11 @@ struct BlockRange {
     hg = blockIdx.y % p.head_groups;
     seq = p.seqs != nullptr ? p.seqs[entry] : entry;
     nrows = p.rows[entry];
-    if (nrows > p.max_rows && blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0 && p.status != nullptr) {
-      atomicOr(p.status, kStatusRowsBeyondPlan);  // rows past max_rows have no block
+    if (nrows > p.max_rows) {  // rows past max_rows are not computed (the grid has tiles for max_rows only)
+      if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0 && p.status != nullptr) {
+        atomicOr(p.status, kStatusRowsBeyondPlan);
+      }
+      nrows = p.max_rows;  // (the last tile would otherwise take some of them)
     }
     tok0 = blockIdx.x / p.key_splits * p.tokens_per_block;  // the blocks of a tile's key splits are adjacent
     if (tok0 >= nrows) return false;
