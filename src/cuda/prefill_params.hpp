@@ -35,7 +35,7 @@ struct PrefillParams {
   std::uint32_t tiles;             // query tiles of one entry (grid x = tiles · key_splits)
   std::uint32_t batch;
   std::uint32_t max_rows;  // PrefillPlan::max_rows: an entry's rows past it are not computed (flagged)
-  // Or null: the kStatus* flags below of broken device preconditions (PrefillArgs) are OR-ed in.
+  // Or null: the kStatus* flags above, of broken device preconditions (PrefillArgs), are OR-ed in.
   std::uint32_t* status;
   // Split over the keys (warpgroup kernel only; 1 = none): the blocks of one query tile each take a contiguous
   // part of its key tiles and write a partial (kRows x d output rows, then the rows' maxima and sums) to
