@@ -199,6 +199,10 @@ Status DeviceCache::append_batch(std::uint32_t layer, std::span<const AppendRequ
 
 Status DeviceCache::truncate_layer(std::uint32_t layer, std::uint32_t seq, std::uint32_t position) {
   KVC_TRY(check_host_lengths("truncate"));
+  return truncate_checked(layer, seq, position);
+}
+
+Status DeviceCache::truncate_checked(std::uint32_t layer, std::uint32_t seq, std::uint32_t position) {
   KVC_TRY(check_layer_seq(layer, seq, false));
   Layer& l = *layers_[layer];
   if (l.kv_heads == 0) return ok_status();
@@ -214,12 +218,17 @@ Status DeviceCache::truncate(std::uint32_t seq, std::uint32_t position) {
   if (seq >= sequences_) {
     return make_error(ErrorCode::OutOfRange, "sequence {} is outside the cache's {} sequences", seq, sequences_);
   }
-  for (std::uint32_t l = 0; l < layers_.size(); ++l) KVC_TRY(truncate_layer(l, seq, position));
+  KVC_TRY(check_host_lengths("truncate"));  // once for all layers (it may read the device's commit counter)
+  for (std::uint32_t l = 0; l < layers_.size(); ++l) KVC_TRY(truncate_checked(l, seq, position));
   return ok_status();
 }
 
 Status DeviceCache::reset(std::uint32_t seq) {
   KVC_TRY(check_host_lengths("reset"));
+  return reset_checked(seq);
+}
+
+Status DeviceCache::reset_checked(std::uint32_t seq) {
   if (seq >= sequences_) {
     return make_error(ErrorCode::OutOfRange, "sequence {} is outside the cache's {} sequences", seq, sequences_);
   }
@@ -237,7 +246,7 @@ void DeviceCache::reset_all() {
   // (It empties every sequence: the pending appends' verdicts and the device lengths' refusals no longer matter.)
   drop_pending_appends();
   drop_device_lengths();
-  for (std::uint32_t s = 0; s < sequences_; ++s) (void)reset(s);
+  for (std::uint32_t s = 0; s < sequences_; ++s) (void)reset_checked(s);  // (nothing left to check)
 }
 
 Result<ktq::LayerSnapshot> DeviceCache::snapshot(std::uint32_t layer, std::uint32_t seq) const {

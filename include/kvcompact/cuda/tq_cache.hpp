@@ -173,6 +173,10 @@ class DeviceCache {
   // decode / prefill: a plan of `max_length` covers every sequence of the layer (host lengths, and the limit of
   // the appends at the device lengths since the last sync).
   Status check_plan_covers(std::uint32_t layer, std::uint32_t max_length) const;
+  // truncate_layer / reset after check_host_lengths (so that truncate and reset_all read the device's commit
+  // counter once, not once per layer or sequence).
+  Status truncate_checked(std::uint32_t layer, std::uint32_t seq, std::uint32_t position);
+  Status reset_checked(std::uint32_t seq);
   void drop_pending_appends();  // waits for the pending step's stream and forgets its appends
   // Waits for the device, zeroes the status words, forgets the limits and takes the commit counter as seen
   // (reset_all).
