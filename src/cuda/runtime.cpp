@@ -86,6 +86,10 @@ Status DeviceBuffer::upload(const void* src, std::uint64_t bytes, std::uint64_t 
   }
   if (bytes == 0) return ok_status();
   KVC_CUDA_TRY(cudaMemcpy(static_cast<std::uint8_t*>(ptr_) + offset, src, bytes, cudaMemcpyHostToDevice));
+  // From pageable memory cudaMemcpy returns once the bytes are staged, before the DMA into the buffer has
+  // landed; only work on the default stream is ordered after it. Waiting for the default stream makes the new
+  // bytes visible to kernels on any stream, non-blocking ones included (DeviceCache's device lengths).
+  KVC_CUDA_TRY(cudaStreamSynchronize(nullptr));
   return ok_status();
 }
 
@@ -102,6 +106,8 @@ Status DeviceBuffer::download(void* dst, std::uint64_t bytes, std::uint64_t offs
 Status DeviceBuffer::fill(std::uint8_t byte) {
   if (bytes_ == 0) return ok_status();
   KVC_CUDA_TRY(cudaMemset(ptr_, byte, bytes_));
+  // cudaMemset of device memory returns before it runs (ordered on the default stream only): wait, as upload.
+  KVC_CUDA_TRY(cudaStreamSynchronize(nullptr));
   return ok_status();
 }
 

@@ -40,10 +40,13 @@ class DeviceBuffer {
   const void* data() const { return ptr_; }
   std::uint64_t size() const { return bytes_; }
 
-  // Synchronous host <-> device copies of `bytes` at byte `offset` (range-checked).
+  // Synchronous host <-> device copies of `bytes` at byte `offset` (range-checked). upload and fill have
+  // finished on the device when they return, so kernels on any stream (non-blocking ones too) see the new
+  // bytes; download copies what the device holds once the default stream's earlier work is done (work on a
+  // non-blocking stream is the caller's to wait for).
   Status upload(const void* src, std::uint64_t bytes, std::uint64_t offset = 0);
   Status download(void* dst, std::uint64_t bytes, std::uint64_t offset = 0) const;
-  // Sets every byte (synchronous).
+  // Sets every byte (synchronous, as upload).
   Status fill(std::uint8_t byte);
 
  private:
