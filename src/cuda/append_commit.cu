@@ -5,8 +5,9 @@ namespace kvcompact::cuda::tq::detail {
 
 namespace {
 
-// The verdict bits that mean the encode may have written ring slots (every one but kStatusBeyondLimit).
-constexpr std::uint32_t kWroteRejected = ~kStatusBeyondLimit;
+// The verdict bits that mean the encode may have written ring slots (every one but those of requests that
+// wrote nothing: beyond the length limit, or a stale position).
+constexpr std::uint32_t kWroteRejected = ~(kStatusBeyondLimit | kStatusStalePosition);
 
 __global__ void commit_appends_kernel(const __grid_constant__ EncodeBatch batch, const CommitTargets t) {
   if (threadIdx.x == 0 && t.commits != nullptr) atomicAdd(t.commits, 1u);

@@ -20,6 +20,8 @@ inline constexpr unsigned kEncodeFastWarps = 8;
 // The status bit of a request rejected for ending beyond EncodeParams::length_limit (kEncodeBeyondLimit of
 // kvcompact/cuda/tq.hpp, which the kernels do not include; tq_codec.cpp checks that the two agree).
 inline constexpr std::uint32_t kStatusBeyondLimit = 4u;
+// The status bit of a request whose checked position was not the device length (kEncodeStalePosition).
+inline constexpr std::uint32_t kStatusStalePosition = 8u;
 
 struct EncodeParams {
   std::uint8_t* layer;
@@ -38,8 +40,11 @@ struct EncodeParams {
   // Appending at the device lengths (DeviceLengths): when set, a request's position is device_lengths[seq] and
   // requests ending beyond length_limit write nothing (kEncodeBeyondLimit); the fast kernel then always runs its
   // batched instance (the single-request one reads its position from the parameter).
+  // With check_positions set, the request's own position is kept and device_lengths only checks it: a request
+  // whose position is not device_lengths[seq] writes nothing (kStatusStalePosition); length_limit is not used.
   const std::uint32_t* device_lengths;
   std::uint32_t length_limit;
+  std::uint32_t check_positions;
 };
 
 // The request part of one fast-kernel encode: a launch encodes up to kEncodeBatchMax requests of one layer and

@@ -135,6 +135,13 @@ Status DeviceCache::check_append_requests(std::uint32_t layer, std::span<const A
 
 Error DeviceCache::rejected_append(std::uint32_t layer, std::uint32_t seq, std::uint32_t position,
                                    std::uint32_t flags) {
+  if (flags & kEncodeStalePosition) {
+    return make_error(ErrorCode::InvalidArgument,
+                      "append_deferred to layer {} sequence {} at position {}: the device's length differs from the "
+                      "host's (replays of a captured append_at_length since the last sync_lengths); nothing stored: "
+                      "call sync_lengths",
+                      layer, seq, position);
+  }
   return (flags & kEncodeNonFinite)
              ? make_error(ErrorCode::NonFinite,
                           "append to layer {} sequence {} at position {}: a key or value coordinate is NaN or inf",
@@ -335,7 +342,8 @@ Result<DecodePlan> DeviceCache::plan_decode(std::uint32_t layer, std::uint32_t q
 }
 
 Status DeviceCache::decode(std::uint32_t layer, const DecodePlan& plan, const float* queries, const float* sinks,
-                           float scale, float* output, void* workspace, void* stream) const {
+                           float scale, float* output, void* workspace, void* stream,
+                           std::uint32_t* status) const {
   KVC_TRY(check_layer_seq(layer, 0, true));
   KVC_TRY(check_plan_covers(layer, plan.max_length));
   const Layer& l = *layers_[layer];
@@ -346,6 +354,7 @@ Status DeviceCache::decode(std::uint32_t layer, const DecodePlan& plan, const fl
   args.sinks = sinks;
   args.scale = scale;
   args.output = output;
+  args.status = status;
   return decode_attention(plan, *l.codec, l.data.data(), args, workspace, stream);
 }
 

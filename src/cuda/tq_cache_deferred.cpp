@@ -62,7 +62,11 @@ Status DeviceCache::append_deferred(std::uint32_t layer, std::span<const AppendR
     commits.push_back({r.keys, r.values, status + r.seq, r.seq, r.position, r.rows, 0});
   }
   const auto s = static_cast<cudaStream_t>(stream);
-  Status launched = encode_append_batch(l.layout, *l.codec, l.data.data(), encodes, stream);
+  // Each position is checked on the device against its length there: replays of a captured append_at_length
+  // since the last sync_lengths move the device lengths without the host knowing, and this call has no wait in
+  // which to read the commit counter (check_host_lengths). A stale request writes nothing (kEncodeStalePosition).
+  const PositionCheck check{l.device_lengths()};
+  Status launched = encode_append_batch(l.layout, *l.codec, l.data.data(), encodes, check, stream);
   if (launched.ok()) {
     detail::CommitTargets targets;
     targets.lengths = l.device_lengths();
@@ -115,10 +119,12 @@ Status DeviceCache::finish_appends() {
   for (const PendingAppend& p : pending_) {
     const std::uint32_t flags = verdicts[std::size_t{p.layer} * sequences_ + p.seq];
     if (flags == 0) continue;
-    // The device kept the old length and moved the window start to it (append_commit.hpp): the same here.
+    // The device kept the old length and, where the encode may have written ring slots, moved the window start to
+    // it (append_commit.hpp): the same here. (A stale position wrote nothing; the host's lengths are then behind
+    // the device's, and the next call that reads them refuses until sync_lengths.)
     Layer& l = *layers_[p.layer];
     l.lengths[p.seq] = p.old_length;
-    if (l.layout.exact_window > 0) l.window_begins[p.seq] = p.old_length;
+    if (l.layout.exact_window > 0 && (flags & kEncodeStalePosition) == 0) l.window_begins[p.seq] = p.old_length;
     if (first_error.ok()) first_error = rejected_append(p.layer, p.seq, p.position, flags);
   }
   for (const PendingAppend& p : pending_) pending_slots_[std::size_t{p.layer} * sequences_ + p.seq] = false;

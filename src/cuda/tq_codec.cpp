@@ -93,6 +93,7 @@ Result<DeviceCodec> DeviceCodec::create(const LayerCodec& codec) {
 namespace {
 
 static_assert(detail::kStatusBeyondLimit == kEncodeBeyondLimit, "the kernels' status bit and the public one");
+static_assert(detail::kStatusStalePosition == kEncodeStalePosition, "the kernels' status bit and the public one");
 
 // encode_append's checks of one request (the codec's head_dim is checked once per batch); the kernels' dtype
 // code (EncodeParams::dtype) on success. Requests of 0 rows pass once their range is checked. At the device
@@ -172,10 +173,15 @@ Status encode_append(const LayerLayout& layout, const DeviceCodec& codec, void* 
 
 namespace {
 
-// encode_append_batch, at the host positions (at = null) or at the device lengths.
+// encode_append_batch, at the host positions (at = null; checked against the device lengths when `check` is
+// set) or at the device lengths.
 Status append_batch(const LayerLayout& layout, const DeviceCodec& codec, void* layer_data,
-                    std::span<const EncodeRequest> requests, const DeviceLengths* at, void* stream) {
+                    std::span<const EncodeRequest> requests, const DeviceLengths* at, const PositionCheck* check,
+                    void* stream) {
   KVC_TRY(check_codec(layout, codec));
+  if (check != nullptr && check->lengths == nullptr) {
+    return make_error(ErrorCode::InvalidArgument, "encode_append_batch with a position check needs the lengths");
+  }
   if (at != nullptr) {
     if (at->lengths == nullptr) {
       return make_error(ErrorCode::InvalidArgument, "encode_append_batch at the device lengths needs their array");
@@ -207,6 +213,9 @@ Status append_batch(const LayerLayout& layout, const DeviceCodec& codec, void* l
     if (at != nullptr) {
       p.device_lengths = at->lengths;
       p.length_limit = at->limit;
+    } else if (check != nullptr) {
+      p.device_lengths = check->lengths;
+      p.check_positions = 1;
     }
     if (detail::encode_path(p) == detail::EncodePath::General) {
       KVC_CUDA_TRY(detail::launch_encode(p, s));
@@ -225,13 +234,18 @@ Status append_batch(const LayerLayout& layout, const DeviceCodec& codec, void* l
 
 Status encode_append_batch(const LayerLayout& layout, const DeviceCodec& codec, void* layer_data,
                            std::span<const EncodeRequest> requests, void* stream) {
-  return append_batch(layout, codec, layer_data, requests, nullptr, stream);
+  return append_batch(layout, codec, layer_data, requests, nullptr, nullptr, stream);
 }
 
 Status encode_append_batch(const LayerLayout& layout, const DeviceCodec& codec, void* layer_data,
                            std::span<const EncodeRequest> requests, const DeviceLengths& at_device_lengths,
                            void* stream) {
-  return append_batch(layout, codec, layer_data, requests, &at_device_lengths, stream);
+  return append_batch(layout, codec, layer_data, requests, &at_device_lengths, nullptr, stream);
+}
+
+Status encode_append_batch(const LayerLayout& layout, const DeviceCodec& codec, void* layer_data,
+                           std::span<const EncodeRequest> requests, const PositionCheck& check, void* stream) {
+  return append_batch(layout, codec, layer_data, requests, nullptr, &check, stream);
 }
 
 }  // namespace kvcompact::cuda::tq

@@ -68,12 +68,21 @@ __global__ void __launch_bounds__(kEncodeWarps * 32) encode_kernel(EncodeParams 
   float* r = y + d;
 
   // At the device length (DeviceLengths): every warp reads it; a request ending beyond the limit writes nothing.
+  // With a position check (PositionCheck), a position that is not the device length writes nothing.
   std::uint32_t first = p.position;
   if (p.device_lengths != nullptr) {
-    first = p.device_lengths[p.seq];
-    if (first > p.length_limit || p.rows > p.length_limit - first) {
-      if (item == 0 && lane == 0 && p.status != nullptr) atomicOr(p.status, kStatusBeyondLimit);
-      return;
+    const std::uint32_t device_length = p.device_lengths[p.seq];
+    if (p.check_positions != 0) {
+      if (device_length != first) {
+        if (item == 0 && lane == 0 && p.status != nullptr) atomicOr(p.status, kStatusStalePosition);
+        return;
+      }
+    } else {
+      first = device_length;
+      if (first > p.length_limit || p.rows > p.length_limit - first) {
+        if (item == 0 && lane == 0 && p.status != nullptr) atomicOr(p.status, kStatusBeyondLimit);
+        return;
+      }
     }
   }
   const void* src = is_value ? p.values : p.keys;
@@ -653,17 +662,26 @@ __global__ void __launch_bounds__(kEncodeFastWarps * 32, 2)
   const std::uint32_t key_bits = gt.key_code_bits, value_bits = gt.value_bits;
   // The batched instance's requests' first positions and rows, read once per block: from the parameter, or at
   // the device lengths (DeviceLengths), where a request ending beyond the limit keeps 0 rows and so writes
-  // nothing (block 0 reports it). The single-request instance reads its parameter.
+  // nothing (block 0 reports it); with a position check (PositionCheck), a request whose position is not the
+  // device length keeps 0 rows (kStatusStalePosition). The single-request instance reads its parameter.
   __shared__ std::uint32_t request_position[kBatched ? kEncodeBatchMax : 1], request_rows[kBatched ? kEncodeBatchMax : 1];
   if constexpr (kBatched) {
     if (threadIdx.x < batch.count) {
       const EncodeSegment& r = batch.segment[threadIdx.x];
       std::uint32_t position = r.position, rows = r.rows;
       if (p.device_lengths != nullptr) {
-        position = p.device_lengths[r.seq];
-        if (position > p.length_limit || rows > p.length_limit - position) {
-          rows = 0;
-          if (blockIdx.x == 0 && r.status != nullptr) atomicOr(r.status, kStatusBeyondLimit);
+        const std::uint32_t device_length = p.device_lengths[r.seq];
+        if (p.check_positions != 0) {
+          if (device_length != position) {
+            rows = 0;
+            if (blockIdx.x == 0 && r.status != nullptr) atomicOr(r.status, kStatusStalePosition);
+          }
+        } else {
+          position = device_length;
+          if (position > p.length_limit || rows > p.length_limit - position) {
+            rows = 0;
+            if (blockIdx.x == 0 && r.status != nullptr) atomicOr(r.status, kStatusBeyondLimit);
+          }
         }
       }
       request_position[threadIdx.x] = position;
@@ -1009,7 +1027,7 @@ cudaError_t launch_encode(const EncodeParams& p, cudaStream_t stream, bool force
 cudaError_t launch_encode_batch(const EncodeParams& p, const EncodeSegment* segments, std::uint32_t count,
                                 cudaStream_t stream) {
   if (count == 0 || count > kEncodeBatchMax) return cudaErrorInvalidValue;
-  if (count == 1 && p.device_lengths == nullptr) {  // (at the device lengths, only the batched instance reads them)
+  if (count == 1 && p.device_lengths == nullptr) {  // (only the batched instance reads the device lengths)
     EncodeSegments<1> one;
     if (!number_steps(p, segments, 1, one)) return cudaErrorInvalidValue;
     return one.total_steps == 0 ? cudaSuccess : launch_fast_segments(p, one, stream);

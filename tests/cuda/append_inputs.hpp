@@ -1,7 +1,8 @@
-// Random append inputs (and batches of sequences) for the DeviceCache append tests (tq_append_batch_test.cpp, tq_append_deferred_test.cpp):
+// Random append inputs (and batches of sequences) for the DeviceCache and encode append tests:
 // one request's rows on the host (for the CPU cache) and on the device (for the GPU cache), in one dtype.
 #pragma once
 
+#include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -33,6 +34,27 @@ inline AppendInput make_append_input(std::mt19937_64& rng, std::uint32_t rows, s
   EXPECT_TRUE(in.device_keys.upload(in.keys.data(), in.keys.size()).ok());
   EXPECT_TRUE(in.device_values.upload(in.values.data(), in.values.size()).ok());
   return in;
+}
+
+// A copy of device rows at an address 16-byte misaligned (by one element), so the encode takes its general
+// kernel (tq_append_at_length_test.cpp, tq_position_check_test.cpp: that kernel reads the device lengths too).
+struct MisalignedRows {
+  DeviceBuffer keys, values;
+  const void* key_ptr = nullptr;
+  const void* value_ptr = nullptr;
+};
+inline MisalignedRows misaligned_copy(const AppendInput& in, DType dtype) {
+  const std::size_t shift = dtype_bits(dtype) / 8;
+  MisalignedRows m;
+  m.keys = take(DeviceBuffer::allocate(in.keys.size() + 16));
+  m.values = take(DeviceBuffer::allocate(in.values.size() + 16));
+  m.key_ptr = static_cast<std::uint8_t*>(m.keys.data()) + shift;
+  m.value_ptr = static_cast<std::uint8_t*>(m.values.data()) + shift;
+  EXPECT_EQ(cudaMemcpy(const_cast<void*>(m.key_ptr), in.keys.data(), in.keys.size(), cudaMemcpyHostToDevice),
+            cudaSuccess);
+  EXPECT_EQ(cudaMemcpy(const_cast<void*>(m.value_ptr), in.values.data(), in.values.size(), cudaMemcpyHostToDevice),
+            cudaSuccess);
+  return m;
 }
 
 // A random non-empty subset of the sequences [0, sequences) in random order: the requests of one batched append.

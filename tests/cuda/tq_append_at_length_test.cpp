@@ -33,33 +33,13 @@ using kvcompact::cuda::testing::expect_decode_output_matches_oracle;
 using kvcompact::cuda::testing::expect_layers_match;
 using kvcompact::cuda::testing::expect_same_snapshot;
 using kvcompact::cuda::testing::make_append_input;
+using kvcompact::cuda::testing::misaligned_copy;
+using kvcompact::cuda::testing::MisalignedRows;
 using kvcompact::cuda::testing::take;
 using kvcompact::tq::CacheShape;
 using kvcompact::tq::QuantConfig;
 using kvcompact::tq::TurboQuantCache;
 using kvcompact::tq::testing::fresh_seed;
-
-// A copy of device rows at an address 16-byte misaligned (by one element), so the encode takes its general
-// kernel: that kernel reads the device length too.
-struct MisalignedRows {
-  DeviceBuffer keys, values;
-  const void* key_ptr = nullptr;
-  const void* value_ptr = nullptr;
-};
-MisalignedRows misaligned_copy(const AppendInput& in, DType dtype) {
-  const std::size_t shift = dtype_bits(dtype) / 8;
-  MisalignedRows m;
-  m.keys = take(DeviceBuffer::allocate(in.keys.size() + 16));
-  m.values = take(DeviceBuffer::allocate(in.values.size() + 16));
-  m.key_ptr = static_cast<std::uint8_t*>(m.keys.data()) + shift;
-  m.value_ptr = static_cast<std::uint8_t*>(m.values.data()) + shift;
-  EXPECT_EQ(cudaMemcpy(const_cast<void*>(m.key_ptr), in.keys.data(), in.keys.size(), cudaMemcpyHostToDevice),
-            cudaSuccess);
-  EXPECT_EQ(cudaMemcpy(const_cast<void*>(m.value_ptr), in.values.data(), in.values.size(), cudaMemcpyHostToDevice),
-            cudaSuccess);
-  return m;
-}
-
 
 // The codec-level form (encode_append_batch with DeviceLengths): the bytes equal encode_append at the host
 // positions, for the fast kernel and the general one; requests ending beyond the limit write nothing and report

@@ -3,7 +3,8 @@
 // device lengths while the host keeps the last sync's. A decode outside the graph with a plan for those stale
 // lengths answers NaN (its kernels check the device lengths against the plan); append, truncate, reset and
 // snapshot return InvalidArgument naming sync_lengths and change nothing (they read the device's commit
-// counter); after the sync everything equals a CPU cache that received the same appends; reset_all takes the
+// counter); append_deferred stores nothing (its encode checks the position on the device) and finish_appends
+// names sync_lengths; after the sync everything equals a CPU cache that received the same appends; reset_all takes the
 // replays as seen. Skips without a CUDA device.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -102,20 +103,26 @@ TEST(CudaUnsyncedReplays, DecodeIsLoudAndHostCallsRefuseUntilSync) {
   auto dq = take(DeviceBuffer::allocate(q.size() * 4));
   ASSERT_OK(dq.upload(q.data(), q.size() * 4));
   auto dout = take(DeviceBuffer::allocate(q.size() * 4));
+  auto dstatus = take(DeviceBuffer::allocate(4));
+  std::uint32_t decode_status = 0;
   auto decode = [&](std::uint32_t max_length) {
     auto plan = take(gpu.plan_decode(0, q_heads, max_length));
     auto ws = take(DeviceBuffer::allocate(plan.workspace_bytes));
     EXPECT_OK(dout.fill(0));
+    EXPECT_OK(dstatus.fill(0));
     EXPECT_OK(gpu.decode(0, plan, static_cast<const float*>(dq.data()), nullptr, 0.0f,
-                         static_cast<float*>(dout.data()), ws.data(), stream));
+                         static_cast<float*>(dout.data()), ws.data(), stream,
+                         static_cast<std::uint32_t*>(dstatus.data())));
     EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
     std::vector<float> out(q.size());
     EXPECT_OK(dout.download(out.data(), out.size() * 4));
+    EXPECT_OK(dstatus.download(&decode_status, 4));
     return out;
   };
   std::size_t nan = 0;
   for (float x : decode(prompt + 1)) nan += std::isnan(x) ? 1 : 0;
   EXPECT_EQ(nan, q.size()) << "a plan for the host's stale lengths must give NaN, not a shorter attention";
+  EXPECT_EQ(decode_status, kDecodeLengthBeyondPlan) << "DeviceCache::decode's status word";
 
   // The host-path calls refuse and change nothing.
   const AppendInput extra = make_append_input(rng, 1, heads, d, DType::BF16);
@@ -125,11 +132,19 @@ TEST(CudaUnsyncedReplays, DecodeIsLoudAndHostCallsRefuseUntilSync) {
   expect_stale(gpu.truncate(0, 5), "truncate");
   expect_stale(gpu.reset(1), "reset");
   expect_stale(gpu.snapshot(0, 0), "snapshot");
+  // append_deferred has no wait in which to read the counter: its encode checks the position against the device
+  // length, stores nothing (the replayed token at prompt + 1 stays: the layers match below), and finish_appends
+  // names sync_lengths.
+  const AppendRequest deferred{0, prompt + 1, 1, DType::BF16, extra.device_keys.data(), extra.device_values.data()};
+  ASSERT_OK(gpu.append_deferred(0, {&deferred, 1}, stream));
+  expect_stale(gpu.finish_appends(), "append_deferred (finish_appends)");
+  EXPECT_EQ(gpu.length(0, 0), prompt + 1) << "the host keeps the last sync's length";
 
   ASSERT_OK(gpu.sync_lengths(stream));
   ASSERT_EQ(gpu.length(0, 1), prompt + 3);
   expect_layers_match(cpu, gpu, {0u}, "after the sync");
   expect_decode_output_matches_oracle(cpu, 0, q_heads, q, decode(prompt + 3), "after the sync");
+  EXPECT_EQ(decode_status, 0u) << "a plan that covers the lengths sets no status bit";
   append_both(0, 2);  // the host path works again
   expect_layers_match(cpu, gpu, {0u}, "after a host append");
 

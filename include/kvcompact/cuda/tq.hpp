@@ -27,6 +27,8 @@ inline constexpr std::uint32_t kEncodeNonFinite = 1u;      // a NaN / inf input 
 inline constexpr std::uint32_t kEncodeNormOverflow = 2u;   // a norm beyond float32 (its record is zeroed)
 inline constexpr std::uint32_t kEncodeBeyondLimit = 4u;    // appending at the device length: the rows would end
                                                            // beyond DeviceLengths::limit (nothing was written)
+inline constexpr std::uint32_t kEncodeStalePosition = 8u;  // a checked position (PositionCheck) was not the device
+                                                           // length when the kernel ran (nothing was written)
 
 // One layer's rotation signs and scales (main and QJL streams), codebooks and flags, on the device.
 class DeviceCodec {
@@ -77,6 +79,18 @@ struct DeviceLengths {
 };
 Status encode_append_batch(const LayerLayout& layout, const DeviceCodec& codec, void* layer_data,
                            std::span<const EncodeRequest> requests, const DeviceLengths& at_device_lengths,
+                           void* stream = nullptr);
+
+// Appends at the host positions, each checked on the device (DeviceCache::append_deferred, which does not wait
+// for the host to learn the device lengths): a request whose position is not lengths[seq] when the kernel runs
+// writes nothing and sets kEncodeStalePosition in its status word — the device length moved without the host
+// knowing (replays of a captured append_at_length). The host checks, launches and records are
+// encode_append_batch's (with one request too, the batched kernel runs).
+struct PositionCheck {
+  const std::uint32_t* lengths = nullptr;  // device [layout.sequences]
+};
+Status encode_append_batch(const LayerLayout& layout, const DeviceCodec& codec, void* layer_data,
+                           std::span<const EncodeRequest> requests, const PositionCheck& check,
                            void* stream = nullptr);
 
 // Decode attention plan: fixed per batch shape (sequences of the layout, q_heads, an upper bound on the

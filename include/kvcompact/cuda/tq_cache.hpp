@@ -84,7 +84,10 @@ class DeviceCache {
   // decode / prefill queued after it on the same stream see the new tokens. length() reports the lengths as if
   // every pending append were accepted. finish_appends waits once for the whole step, brings the host copies in
   // line with what the device committed and returns the first rejected append's error (in call and request
-  // order; NonFinite or OutOfRange, append's messages). Rules while appends are pending: every call of the step
+  // order; NonFinite or OutOfRange, append's messages; InvalidArgument naming sync_lengths for a request whose
+  // position was not the device's length when its encode ran — replays of a captured append_at_length since the
+  // last sync_lengths, which the host cannot see without a wait: nothing is stored for it, and the host calls
+  // refuse until sync_lengths). Rules while appends are pending: every call of the step
   // uses one stream, a (layer, sequence) takes one append per step, and append, append_batch, truncate*,
   // reset, snapshot, restore and attention return InvalidArgument until finish_appends (reset_all waits and
   // drops the pending appends' verdicts: it empties every sequence anyway). A launch failure (a CUDA error)
@@ -112,8 +115,9 @@ class DeviceCache {
   // truncate*, reset, snapshot, restore and attention read the device's count of its commits (a 4-byte copy
   // and a wait on their stream, the default stream for those without one) and return InvalidArgument when
   // commits ran since the last sync_lengths or reset_all; decode answers NaN for a sequence whose device length
-  // is beyond its plan (DecodeArgs). append_deferred does not check (it would cost the host wait it exists to
-  // avoid). Not while deferred
+  // is beyond its plan (DecodeArgs). append_deferred has no wait in which to read the counter: its encode
+  // checks each position against the device length and stores nothing where they differ (finish_appends then
+  // returns InvalidArgument naming sync_lengths). Not while deferred
   // appends are pending (InvalidArgument). A launch failure (a CUDA error) is returned; the requests of that
   // call count as refused for their input (nothing committed; sync_lengths moves their window starts).
   Status append_at_length(std::uint32_t layer, std::span<const LengthAppend> requests, std::uint32_t max_length,
@@ -132,9 +136,11 @@ class DeviceCache {
 
   // Decode attention for every sequence of `layer` (one query row each, at position length − 1). Plan once
   // per (layer, q_heads, max_length); decode allocates nothing. queries / sinks / output are device arrays.
+  // `status`: an optional device word into which the kernels OR kDecodeLengthBeyondPlan when a sequence's
+  // device length is beyond the plan (its output rows are NaN; DecodeArgs::status).
   Result<DecodePlan> plan_decode(std::uint32_t layer, std::uint32_t q_heads, std::uint32_t max_length) const;
   Status decode(std::uint32_t layer, const DecodePlan& plan, const float* queries, const float* sinks, float scale,
-                float* output, void* workspace, void* stream = nullptr) const;
+                float* output, void* workspace, void* stream = nullptr, std::uint32_t* status = nullptr) const;
 
   // Batched causal attention for `layer` with tq::TurboQuantCache::attention's semantics and checks (query row
   // i of a request sits at first_position + i and sees [0, first_position + i]; GQA, sinks, scale 0 = 1/√d, the
