@@ -9,11 +9,13 @@
 #include <cstdint>
 #include <numeric>
 #include <random>
+#include <span>
 #include <vector>
 
 #include "cuda/cuda_test_util.hpp"
 #include "kvcompact/core/dtypes.hpp"
 #include "kvcompact/cuda/runtime.hpp"
+#include "kvcompact/cuda/tq.hpp"
 #include "unit/tq/attention_test_util.hpp"
 
 namespace kvcompact::cuda::testing {
@@ -55,6 +57,39 @@ inline MisalignedRows misaligned_copy(const AppendInput& in, DType dtype) {
   EXPECT_EQ(cudaMemcpy(const_cast<void*>(m.value_ptr), in.values.data(), in.values.size(), cudaMemcpyHostToDevice),
             cudaSuccess);
   return m;
+}
+
+// One encode request of random rows for a batch in which request s appends to sequence s
+// (tq_append_at_length_test.cpp, tq_position_check_test.cpp); `misaligned` moves its rows one element off a
+// 16-byte boundary (the general kernel).
+struct EncodeCase {
+  std::uint32_t position = 0, rows = 0;
+  DType dtype = DType::BF16;
+  bool misaligned = false;
+};
+// The requests of `cases`, with status word status + s for request s, and the device rows they point at.
+struct EncodeBatchInput {
+  std::vector<AppendInput> inputs;
+  std::vector<MisalignedRows> shifted;
+  std::vector<tq::EncodeRequest> requests;
+};
+inline EncodeBatchInput make_encode_batch(std::mt19937_64& rng, std::span<const EncodeCase> cases, std::uint32_t heads,
+                                          std::uint32_t d, std::uint32_t* status) {
+  EncodeBatchInput batch;
+  batch.inputs.reserve(cases.size());  // (requests point into the elements)
+  batch.shifted.reserve(cases.size());
+  for (std::uint32_t s = 0; s < cases.size(); ++s) {
+    const EncodeCase& c = cases[s];
+    const AppendInput& in = batch.inputs.emplace_back(make_append_input(rng, c.rows, heads, d, c.dtype));
+    tq::EncodeRequest r{s, c.position, c.rows, c.dtype, in.device_keys.data(), in.device_values.data(), status + s};
+    if (c.misaligned) {
+      const MisalignedRows& m = batch.shifted.emplace_back(misaligned_copy(in, c.dtype));
+      r.keys = m.key_ptr;
+      r.values = m.value_ptr;
+    }
+    batch.requests.push_back(r);
+  }
+  return batch;
 }
 
 // A random non-empty subset of the sequences [0, sequences) in random order: the requests of one batched append.

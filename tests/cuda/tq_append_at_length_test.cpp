@@ -33,6 +33,9 @@ using kvcompact::cuda::testing::expect_decode_output_matches_oracle;
 using kvcompact::cuda::testing::expect_layers_match;
 using kvcompact::cuda::testing::expect_same_snapshot;
 using kvcompact::cuda::testing::make_append_input;
+using kvcompact::cuda::testing::EncodeBatchInput;
+using kvcompact::cuda::testing::EncodeCase;
+using kvcompact::cuda::testing::make_encode_batch;
 using kvcompact::cuda::testing::misaligned_copy;
 using kvcompact::cuda::testing::MisalignedRows;
 using kvcompact::cuda::testing::take;
@@ -59,32 +62,21 @@ TEST(CudaAppendAtLength, EncodeAtDeviceLengthsEqualsHostPositions) {
   ASSERT_TRUE(at_lengths.fill(0).ok());
   ASSERT_TRUE(at_positions.fill(0).ok());
   // Sequence 0: 3 bf16 rows at 5 (fast); 1: 20 f32 rows at 0, misaligned (general); 2: 12 f16 rows at 30
-  // (general, 42 > 36: refused); 3: 9 bf16 rows at 30 (fast, 39 > 36: refused).
-  const std::uint32_t lengths[sequences] = {5, 0, 30, 30};
-  const std::uint32_t rows[sequences] = {3, 20, 12, 9};
-  const DType dtypes[sequences] = {DType::BF16, DType::F32, DType::F16, DType::BF16};
-  const bool misaligned[sequences] = {false, true, true, false};
+  // (general, 42 > 36: refused); 3: 9 bf16 rows at 30 (fast, 39 > 36: refused). The positions are the device
+  // lengths (the requests' own are not read).
+  const EncodeCase cases[sequences] = {
+      {5, 3, DType::BF16, false}, {0, 20, DType::F32, true}, {30, 12, DType::F16, true}, {30, 9, DType::BF16, false}};
+  std::uint32_t lengths[sequences];
+  for (std::uint32_t s = 0; s < sequences; ++s) lengths[s] = cases[s].position;
   auto device_lengths = take(DeviceBuffer::allocate(sizeof(lengths)));
   ASSERT_TRUE(device_lengths.upload(lengths, sizeof(lengths)).ok());
   auto status = take(DeviceBuffer::allocate(4 * sequences));
   ASSERT_TRUE(status.fill(0).ok());
-  std::vector<AppendInput> inputs;
-  std::vector<MisalignedRows> shifted;
-  inputs.reserve(sequences);
-  shifted.reserve(sequences);
-  std::vector<EncodeRequest> requests;
+  const EncodeBatchInput batch = make_encode_batch(rng, cases, heads, d, static_cast<std::uint32_t*>(status.data()));
+  const std::vector<EncodeRequest>& requests = batch.requests;
   for (std::uint32_t s = 0; s < sequences; ++s) {
-    inputs.push_back(make_append_input(rng, rows[s], heads, d, dtypes[s]));
-    EncodeRequest r{s, 0, rows[s], dtypes[s], inputs.back().device_keys.data(), inputs.back().device_values.data(),
-                    static_cast<std::uint32_t*>(status.data()) + s};
-    if (misaligned[s]) {
-      shifted.push_back(misaligned_copy(inputs.back(), dtypes[s]));
-      r.keys = shifted.back().key_ptr;
-      r.values = shifted.back().value_ptr;
-    }
-    requests.push_back(r);
-    if (lengths[s] + rows[s] <= limit) {  // the reference: the same rows at the host position
-      r.position = lengths[s];
+    if (lengths[s] + cases[s].rows <= limit) {  // the reference: the same rows at the host position
+      EncodeRequest r = requests[s];
       r.status = nullptr;
       ASSERT_TRUE(encode_append(layout, dcodec, at_positions.data(), r).ok());
     }
@@ -101,7 +93,7 @@ TEST(CudaAppendAtLength, EncodeAtDeviceLengthsEqualsHostPositions) {
   ASSERT_TRUE(status.download(flags, sizeof(flags)).ok());
   ASSERT_TRUE(device_lengths.download(after, sizeof(after)).ok());
   for (std::uint32_t s = 0; s < sequences; ++s) {
-    EXPECT_EQ(flags[s], lengths[s] + rows[s] <= limit ? 0u : kEncodeBeyondLimit) << "sequence " << s;
+    EXPECT_EQ(flags[s], lengths[s] + cases[s].rows <= limit ? 0u : kEncodeBeyondLimit) << "sequence " << s;
     EXPECT_EQ(after[s], lengths[s]) << "the encode reads the lengths and leaves them";
   }
   // Host checks: rows beyond the limit, a limit beyond the capacity, no lengths array.

@@ -21,10 +21,9 @@
 namespace kvcompact::cuda::tq {
 namespace {
 
-using kvcompact::cuda::testing::AppendInput;
-using kvcompact::cuda::testing::make_append_input;
-using kvcompact::cuda::testing::misaligned_copy;
-using kvcompact::cuda::testing::MisalignedRows;
+using kvcompact::cuda::testing::EncodeBatchInput;
+using kvcompact::cuda::testing::EncodeCase;
+using kvcompact::cuda::testing::make_encode_batch;
 using kvcompact::cuda::testing::take;
 using kvcompact::tq::QuantConfig;
 using kvcompact::tq::testing::fresh_seed;
@@ -50,33 +49,20 @@ TEST(CudaPositionCheck, StalePositionsWriteNothing) {
   auto reference = take(DeviceBuffer::allocate(layer_buffer_bytes(layout)));
   ASSERT_OK(checked.fill(0));
   ASSERT_OK(reference.fill(0));
-  // The device lengths, and each request's host position: sequence 0 fast and current, 1 general (misaligned
+  // Each request's host position, and the device lengths: sequence 0 fast and current, 1 general (misaligned
   // rows) and current, 2 general and stale (the device is 3 tokens ahead), 3 fast and stale.
+  const EncodeCase cases[sequences] = {
+      {5, 3, DType::BF16, false}, {0, 20, DType::F32, true}, {27, 4, DType::F16, true}, {9, 9, DType::BF16, false}};
   const std::uint32_t device_length[sequences] = {5, 0, 30, 12};
-  const std::uint32_t position[sequences] = {5, 0, 27, 9};
-  const std::uint32_t rows[sequences] = {3, 20, 4, 9};
-  const DType dtypes[sequences] = {DType::BF16, DType::F32, DType::F16, DType::BF16};
-  const bool misaligned[sequences] = {false, true, true, false};
   auto lengths = take(DeviceBuffer::allocate(sizeof(device_length)));
   ASSERT_OK(lengths.upload(device_length, sizeof(device_length)));
   auto status = take(DeviceBuffer::allocate(4 * sequences));
   ASSERT_OK(status.fill(0));
-  std::vector<AppendInput> inputs;
-  std::vector<MisalignedRows> shifted;
-  inputs.reserve(sequences);
-  shifted.reserve(sequences);
-  std::vector<EncodeRequest> requests;
+  const EncodeBatchInput batch = make_encode_batch(rng, cases, heads, d, static_cast<std::uint32_t*>(status.data()));
+  const std::vector<EncodeRequest>& requests = batch.requests;
   for (std::uint32_t s = 0; s < sequences; ++s) {
-    inputs.push_back(make_append_input(rng, rows[s], heads, d, dtypes[s]));
-    EncodeRequest r{s, position[s], rows[s], dtypes[s], inputs.back().device_keys.data(),
-                    inputs.back().device_values.data(), static_cast<std::uint32_t*>(status.data()) + s};
-    if (misaligned[s]) {
-      shifted.push_back(misaligned_copy(inputs.back(), dtypes[s]));
-      r.keys = shifted.back().key_ptr;
-      r.values = shifted.back().value_ptr;
-    }
-    requests.push_back(r);
-    if (position[s] == device_length[s]) {  // the reference: only the current requests, unchecked
+    if (cases[s].position == device_length[s]) {  // the reference: only the current requests, unchecked
+      EncodeRequest r = requests[s];
       r.status = nullptr;
       ASSERT_OK(encode_append(layout, dcodec, reference.data(), r));
     }
@@ -90,7 +76,7 @@ TEST(CudaPositionCheck, StalePositionsWriteNothing) {
   ASSERT_OK(status.download(flags, sizeof(flags)));
   ASSERT_OK(lengths.download(after, sizeof(after)));
   for (std::uint32_t s = 0; s < sequences; ++s) {
-    EXPECT_EQ(flags[s], position[s] == device_length[s] ? 0u : kEncodeStalePosition) << "sequence " << s;
+    EXPECT_EQ(flags[s], cases[s].position == device_length[s] ? 0u : kEncodeStalePosition) << "sequence " << s;
     EXPECT_EQ(after[s], device_length[s]) << "the encode reads the lengths and leaves them";
   }
 
