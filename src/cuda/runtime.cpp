@@ -93,6 +93,17 @@ Status DeviceBuffer::upload(const void* src, std::uint64_t bytes, std::uint64_t 
   return ok_status();
 }
 
+Status DeviceBuffer::upload_async(const void* src, std::uint64_t bytes, std::uint64_t offset, void* stream) {
+  if (offset > bytes_ || bytes > bytes_ - offset) {
+    return make_error(ErrorCode::OutOfRange, "upload of {} bytes at offset {} exceeds the {}-byte buffer", bytes,
+                      offset, bytes_);
+  }
+  if (bytes == 0) return ok_status();
+  KVC_CUDA_TRY(cudaMemcpyAsync(static_cast<std::uint8_t*>(ptr_) + offset, src, bytes, cudaMemcpyHostToDevice,
+                               static_cast<cudaStream_t>(stream)));
+  return ok_status();
+}
+
 Status DeviceBuffer::download(void* dst, std::uint64_t bytes, std::uint64_t offset) const {
   if (offset > bytes_ || bytes > bytes_ - offset) {
     return make_error(ErrorCode::OutOfRange, "download of {} bytes at offset {} exceeds the {}-byte buffer", bytes,

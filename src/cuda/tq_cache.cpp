@@ -97,11 +97,17 @@ Status DeviceCache::check_layer_seq(std::uint32_t layer, std::uint32_t seq, bool
 }
 
 Status DeviceCache::sync_positions(std::uint32_t layer) {
+  KVC_TRY(sync_positions(layer, nullptr));
+  KVC_CUDA_TRY(cudaStreamSynchronize(nullptr));  // (and any copies restore queued before it)
+  return ok_status();
+}
+
+Status DeviceCache::sync_positions(std::uint32_t layer, void* stream) {
   Layer& l = *layers_[layer];
   if (l.kv_heads == 0) return ok_status();
   std::vector<std::uint32_t> both(l.lengths);
   both.insert(both.end(), l.window_begins.begin(), l.window_begins.end());
-  return positions_.upload(both.data(), 4ull * both.size(), 8ull * layer * sequences_);
+  return positions_.upload_async(both.data(), 4ull * both.size(), 8ull * layer * sequences_, stream);
 }
 
 Status DeviceCache::append(std::uint32_t layer, std::uint32_t seq, std::uint32_t position, std::uint32_t rows,
@@ -179,7 +185,7 @@ Status DeviceCache::append_batch(std::uint32_t layer, std::span<const AppendRequ
       for (const AppendRequest& r : requests) {
         if (r.rows > 0) l.window_begins[r.seq] = l.lengths[r.seq];
       }
-      (void)sync_positions(layer);  // best effort: the launch error is what the caller needs to see
+      (void)sync_positions(layer, stream);  // best effort: the launch error is what the caller needs to see
     }
     return launched;
   }
@@ -200,7 +206,7 @@ Status DeviceCache::append_batch(std::uint32_t layer, std::span<const AppendRequ
     if (l.layout.exact_window > 0) l.window_begins[r.seq] = l.lengths[r.seq];
     if (first_error.ok()) first_error = rejected_append(layer, r.seq, r.position, flags[i]);
   }
-  KVC_TRY(sync_positions(layer));  // one upload commits every sequence of the batch
+  KVC_TRY(sync_positions(layer, stream));  // one upload commits every sequence of the batch
   return first_error;
 }
 
@@ -318,8 +324,9 @@ Status DeviceCache::restore(std::uint32_t layer, std::uint32_t seq, const ktq::L
   for (const ktq::SnapshotRegion& r : regions) {
     if (r.per_token == 0 || length == 0) continue;
     for (std::uint32_t h = 0; h < l.kv_heads; ++h) {
-      KVC_TRY(l.data.upload(r.bytes->data() + static_cast<std::size_t>(h) * length * r.per_token,
-                            static_cast<std::uint64_t>(length) * r.per_token, r.offset + lay.slot(seq, h, 0) * r.per_token));
+      KVC_TRY(l.data.upload_async(r.bytes->data() + static_cast<std::size_t>(h) * length * r.per_token,
+                                  static_cast<std::uint64_t>(length) * r.per_token,
+                                  r.offset + lay.slot(seq, h, 0) * r.per_token, nullptr));
     }
   }
   const std::uint32_t d = head_dim_;
@@ -327,13 +334,13 @@ Status DeviceCache::restore(std::uint32_t layer, std::uint32_t seq, const ktq::L
     for (std::uint32_t t = snap.window_begin; t < length; ++t) {
       const std::size_t src = (static_cast<std::size_t>(h) * rows + (t - snap.window_begin)) * d;
       const std::uint64_t dst = lay.window_row(seq, h, t) * d * 4ull;
-      KVC_TRY(l.data.upload(snap.window_keys.data() + src, 4ull * d, lay.window_keys_offset + dst));
-      KVC_TRY(l.data.upload(snap.window_values.data() + src, 4ull * d, lay.window_values_offset + dst));
+      KVC_TRY(l.data.upload_async(snap.window_keys.data() + src, 4ull * d, lay.window_keys_offset + dst, nullptr));
+      KVC_TRY(l.data.upload_async(snap.window_values.data() + src, 4ull * d, lay.window_values_offset + dst, nullptr));
     }
   }
   l.lengths[seq] = length;
   l.window_begins[seq] = w > 0 ? snap.window_begin : 0;
-  return sync_positions(layer);
+  return sync_positions(layer);  // waits for the default stream: the copies above have landed too
 }
 
 Result<DecodePlan> DeviceCache::plan_decode(std::uint32_t layer, std::uint32_t q_heads, std::uint32_t max_length) const {

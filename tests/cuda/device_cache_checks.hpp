@@ -78,9 +78,10 @@ inline void expect_decode_output_matches_oracle(const kvcompact::tq::TurboQuantC
 }
 
 // Decode attention of every non-empty sequence of `layer` (random queries, q_heads heads, no sinks) on the
-// device cache, within 1e-3 relative per row of the float64 oracle over the CPU cache.
+// device cache, on `stream`, within 1e-3 relative per row of the float64 oracle over the CPU cache.
 inline void expect_decode_matches_oracle(const kvcompact::tq::TurboQuantCache& cpu, tq::DeviceCache& gpu,
-                                         std::uint32_t layer, std::uint32_t q_heads, std::mt19937_64& rng) {
+                                         std::uint32_t layer, std::uint32_t q_heads, std::mt19937_64& rng,
+                                         void* stream = nullptr, const std::string& where = "") {
   const std::uint32_t d = gpu.head_dim(), sequences = gpu.sequences();
   auto plan = take(gpu.plan_decode(layer, q_heads, gpu.capacity()));
   auto ws = take(DeviceBuffer::allocate(plan.workspace_bytes));
@@ -90,12 +91,12 @@ inline void expect_decode_matches_oracle(const kvcompact::tq::TurboQuantCache& c
   auto dout = take(DeviceBuffer::allocate(q.size() * 4));
   ASSERT_TRUE(dout.fill(0xFF).ok());
   const Status s = gpu.decode(layer, plan, static_cast<const float*>(dq.data()), nullptr, 0.0f,
-                              static_cast<float*>(dout.data()), ws.data());
+                              static_cast<float*>(dout.data()), ws.data(), stream);
   ASSERT_TRUE(s.ok()) << s.error().to_string();
-  ASSERT_TRUE(synchronize().ok());
+  ASSERT_TRUE(synchronize(stream).ok());
   std::vector<float> out(q.size());
   ASSERT_TRUE(dout.download(out.data(), out.size() * 4).ok());
-  expect_decode_output_matches_oracle(cpu, layer, q_heads, q, out);
+  expect_decode_output_matches_oracle(cpu, layer, q_heads, q, out, where);
 }
 
 }  // namespace kvcompact::cuda::testing

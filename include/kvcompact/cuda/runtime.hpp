@@ -45,6 +45,10 @@ class DeviceBuffer {
   // bytes; download copies what the device holds once the default stream's earlier work is done (work on a
   // non-blocking stream is the caller's to wait for).
   Status upload(const void* src, std::uint64_t bytes, std::uint64_t offset = 0);
+  // The copy ordered on `stream` (null = default stream), without a wait: kernels on that stream, and work
+  // ordered after it, see the bytes. From pageable memory `src` may be reused on return (the call stages it);
+  // from page-locked memory only once the copy has run.
+  Status upload_async(const void* src, std::uint64_t bytes, std::uint64_t offset, void* stream);
   Status download(void* dst, std::uint64_t bytes, std::uint64_t offset = 0) const;
   // Sets every byte (synchronous, as upload).
   Status fill(std::uint8_t byte);

@@ -188,7 +188,12 @@ class DeviceCache {
   // (reset_all).
   void drop_device_lengths();
   static Error rejected_append(std::uint32_t layer, std::uint32_t seq, std::uint32_t position, std::uint32_t flags);
+  // The layer's host lengths and window starts to its device mirror. Without a stream (create, truncate, reset,
+  // restore: calls that take none) done on return, so kernels on every stream see them; with one (append,
+  // append_batch and the failure paths of append_deferred / sync_lengths) ordered on it, as the call's kernels
+  // are, without a wait.
   Status sync_positions(std::uint32_t layer);
+  Status sync_positions(std::uint32_t layer, void* stream);
 
   // One append of the pending step (append_deferred), in call and request order.
   struct PendingAppend {
