@@ -1,5 +1,6 @@
-// Internal: the device-side commit of DeviceCache's appends that the host does not wait for — append_deferred
-// (tq_cache_deferred.cpp) and append_at_length (tq_cache_device_lengths.cpp). After a request's encode on the
+// Internal: the device-side commit of DeviceCache's appends — append_batch (tq_cache.cpp: the host waits after
+// it and mirrors its verdicts) and those the host does not wait for, append_deferred (tq_cache_deferred.cpp) and
+// append_at_length (tq_cache_device_lengths.cpp). After a request's encode on the
 // same stream, the kernel reads its status word and either advances the sequence's device length (accepted) or
 // leaves it; a request rejected for its input (NaN / inf, a norm beyond float32) moves the window start to the
 // length (the encode may have overwritten ring slots), one refused at the length limit wrote nothing. It

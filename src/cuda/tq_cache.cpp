@@ -8,6 +8,7 @@
 #include <cmath>
 #include <utility>
 
+#include "append_commit.hpp"
 #include "check.hpp"
 #include "device_cache_layer.hpp"
 #include "kvcompact/tq/append_check.hpp"
@@ -97,17 +98,15 @@ Status DeviceCache::check_layer_seq(std::uint32_t layer, std::uint32_t seq, bool
 }
 
 Status DeviceCache::sync_positions(std::uint32_t layer) {
-  KVC_TRY(sync_positions(layer, nullptr));
-  KVC_CUDA_TRY(cudaStreamSynchronize(nullptr));  // (and any copies restore queued before it)
-  return ok_status();
-}
-
-Status DeviceCache::sync_positions(std::uint32_t layer, void* stream) {
   Layer& l = *layers_[layer];
   if (l.kv_heads == 0) return ok_status();
   std::vector<std::uint32_t> both(l.lengths);
   both.insert(both.end(), l.window_begins.begin(), l.window_begins.end());
-  return positions_.upload_async(both.data(), 4ull * both.size(), 8ull * layer * sequences_, stream);
+  KVC_TRY(positions_.upload_async(both.data(), 4ull * both.size(), 8ull * layer * sequences_, nullptr));
+  // Done on return (and any copies restore queued before it): a later call's kernels or copies on any stream
+  // see these positions, and no copy of them is left in flight to land after a later one.
+  KVC_CUDA_TRY(cudaStreamSynchronize(nullptr));
+  return ok_status();
 }
 
 Status DeviceCache::append(std::uint32_t layer, std::uint32_t seq, std::uint32_t position, std::uint32_t rows,
@@ -169,29 +168,51 @@ Status DeviceCache::append_batch(std::uint32_t layer, std::span<const AppendRequ
   if (status_.size() < 4ull * n) {
     KVC_ASSIGN_OR_RETURN(status_, DeviceBuffer::allocate(4ull * n));
   }
+  // [2][n]: each request's encode status word, then the verdict the commit kernel moves out of it.
+  if (status_.size() < 8ull * n) {
+    KVC_ASSIGN_OR_RETURN(status_, DeviceBuffer::allocate(8ull * n));
+  }
   auto* status = static_cast<std::uint32_t*>(status_.data());
   KVC_CUDA_TRY(cudaMemsetAsync(status, 0, 4ull * n, s));
   // One encode_append_batch: the fast kernel's requests share launches (one per input dtype and 32 requests).
   std::vector<EncodeRequest> encodes(n);
+  std::vector<detail::EncodeSegment> commits(n);
   for (std::size_t i = 0; i < n; ++i) {
     const AppendRequest& r = requests[i];
     encodes[i] = EncodeRequest{r.seq, r.position, r.rows, r.dtype, r.keys, r.values, status + i};
+    commits[i] = detail::EncodeSegment{r.keys, r.values, status + i, r.seq, r.position, r.rows, 0};
   }
-  const Status launched = encode_append_batch(l.layout, *l.codec, l.data.data(), encodes, stream);
+  Status launched = encode_append_batch(l.layout, *l.codec, l.data.data(), encodes, stream);
+  if (launched.ok()) {
+    // The device commits each request after its encode, in stream order, as append_deferred's do: the device
+    // lengths and window starts are final once the wait below returns, with no upload of them left in flight
+    // (a copy queued here could land after a later call's on another stream).
+    detail::CommitTargets targets;
+    targets.lengths = l.device_lengths();
+    targets.window_begins = l.layout.exact_window > 0 ? l.device_window_begins() : nullptr;
+    targets.verdict_offset = static_cast<std::uint32_t>(n);
+    targets.slots = static_cast<std::uint32_t>(n);
+    const cudaError_t err =
+        detail::launch_commit_appends(commits.data(), static_cast<std::uint32_t>(n), targets, s);
+    if (err != cudaSuccess) {
+      launched = make_error(ErrorCode::Internal, "commit_appends launch: {}", cudaGetErrorString(err));
+    }
+  }
   if (!launched.ok()) {
     // A launch failed (the checks above passed, so this is a CUDA error): nothing of the batch is committed, and
     // as the launches before it may have run, every ring slot they could have written leaves the window.
+    (void)cudaStreamSynchronize(s);  // (the launches that ran, and a commit, before the host's positions go up)
     if (l.layout.exact_window > 0) {
       for (const AppendRequest& r : requests) {
         if (r.rows > 0) l.window_begins[r.seq] = l.lengths[r.seq];
       }
-      (void)sync_positions(layer, stream);  // best effort: the launch error is what the caller needs to see
     }
+    (void)sync_positions(layer);  // best effort: the launch error is what the caller needs to see
     return launched;
   }
-  // One wait for all of them: the kernels' verdicts on the input.
+  // One wait for all of them: the kernels' verdicts on the input, which the commit kernel has applied.
   std::vector<std::uint32_t> flags(n, 0);
-  KVC_CUDA_TRY(cudaMemcpyAsync(flags.data(), status, 4ull * n, cudaMemcpyDeviceToHost, s));
+  KVC_CUDA_TRY(cudaMemcpyAsync(flags.data(), status + n, 4ull * n, cudaMemcpyDeviceToHost, s));
   KVC_CUDA_TRY(cudaStreamSynchronize(s));
   Status first_error = ok_status();
   for (std::size_t i = 0; i < n; ++i) {
@@ -202,11 +223,11 @@ Status DeviceCache::append_batch(std::uint32_t layer, std::span<const AppendRequ
       continue;
     }
     // Nothing becomes visible (the length stays), but the kernel may have written exact-window ring slots that
-    // held rows still inside the window: from now on those positions use their quantised records.
+    // held rows still inside the window: from now on those positions use their quantised records (the commit
+    // kernel moved the device's window start the same way).
     if (l.layout.exact_window > 0) l.window_begins[r.seq] = l.lengths[r.seq];
     if (first_error.ok()) first_error = rejected_append(layer, r.seq, r.position, flags[i]);
   }
-  KVC_TRY(sync_positions(layer, stream));  // one upload commits every sequence of the batch
   return first_error;
 }
 

@@ -89,7 +89,7 @@ Status DeviceCache::append_deferred(std::uint32_t layer, std::span<const AppendR
         if (r.rows > 0) l.window_begins[r.seq] = l.lengths[r.seq];
       }
     }
-    (void)sync_positions(layer, stream);
+    (void)sync_positions(layer);
     return launched;
   }
   pending_stream_ = stream;

@@ -182,7 +182,7 @@ Status DeviceCache::sync_lengths(void* stream) {
     for (std::uint32_t i = 0; i < layers_.size(); ++i) {
       const bool touched = std::any_of(failed_at_length_.begin(), failed_at_length_.end(),
                                        [i](const auto& f) { return f.first == i; });
-      if (touched && settled.ok()) settled = sync_positions(i, stream);
+      if (touched && settled.ok()) settled = sync_positions(i);
     }
   }
   failed_at_length_.clear();

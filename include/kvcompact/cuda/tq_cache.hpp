@@ -188,12 +188,10 @@ class DeviceCache {
   // (reset_all).
   void drop_device_lengths();
   static Error rejected_append(std::uint32_t layer, std::uint32_t seq, std::uint32_t position, std::uint32_t flags);
-  // The layer's host lengths and window starts to its device mirror. Without a stream (create, truncate, reset,
-  // restore: calls that take none) done on return, so kernels on every stream see them; with one (append,
-  // append_batch and the failure paths of append_deferred / sync_lengths) ordered on it, as the call's kernels
-  // are, without a wait.
+  // The layer's host lengths and window starts to its device mirror, done on return (create, truncate, reset,
+  // restore and the failure paths of the appends), so that kernels on every stream see them and no copy is left
+  // in flight. The appends that succeed leave the mirror to the device's commit kernel instead.
   Status sync_positions(std::uint32_t layer);
-  Status sync_positions(std::uint32_t layer, void* stream);
 
   // One append of the pending step (append_deferred), in call and request order.
   struct PendingAppend {
@@ -212,7 +210,7 @@ class DeviceCache {
   // sync_lengths' landing place for positions_ and the refusal words ([2 · layers · sequences] words each), then
   // the commit counter (step_status_).
   PinnedBuffer sync_staging_;
-  DeviceBuffer status_;        // one encode status word per request of an append (grown by append_batch)
+  DeviceBuffer status_;        // [2][requests]: an append_batch's encode status words, then its verdicts (grown)
   DeviceBuffer request_args_;  // attention(): [3][requests] seq, first_position, rows
   DeviceBuffer prefill_workspace_;  // attention(): the key splits' partials and counters
   // The appends without a host wait: [4][layers × sequences] words (word layer · sequences + seq of each part):
