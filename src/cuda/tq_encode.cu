@@ -607,6 +607,10 @@ __global__ void __launch_bounds__(kEncodeFastWarps * 32, 2)
   // [i][thread]: main-rotation sign pairs of chunk i (MainSigns; bf16 / f16 only)
   __shared__ uint4 pair_masks[DT == 0 ? 1 : 4][DT == 0 ? 1 : kEncodeFastWarps * 32];
   const Tables& gt = *p.tables;
+  // Thread r < the request count loads request r's device length (DeviceLengths / PositionCheck) before the
+  // tables are set up, so that its latency overlaps theirs; it is used after them.
+  std::uint32_t device_length = 0;
+  if (p.device_lengths != nullptr && threadIdx.x < batch.count) device_length = p.device_lengths[batch.segment[threadIdx.x].seq];
   for (unsigned i = threadIdx.x; i < 32; i += blockDim.x) {
     const double ck = gt.key_centroids_f64[i], cv = gt.value_centroids_f64[i];
     tab.c2[0][i] = __dmul_rn(ck, ck);
@@ -663,14 +667,14 @@ __global__ void __launch_bounds__(kEncodeFastWarps * 32, 2)
   // The batched instance's requests' first positions and rows, read once per block: from the parameter, or at
   // the device lengths (DeviceLengths), where a request ending beyond the limit keeps 0 rows and so writes
   // nothing (block 0 reports it); with a position check (PositionCheck), a request whose position is not the
-  // device length keeps 0 rows (kStatusStalePosition). The single-request instance reads its parameter.
+  // device length keeps 0 rows (kStatusStalePosition). The single-request instance reads its parameter; with
+  // a position check (it never appends at the device length) a stale request's blocks return at once.
   __shared__ std::uint32_t request_position[kBatched ? kEncodeBatchMax : 1], request_rows[kBatched ? kEncodeBatchMax : 1];
   if constexpr (kBatched) {
     if (threadIdx.x < batch.count) {
       const EncodeSegment& r = batch.segment[threadIdx.x];
       std::uint32_t position = r.position, rows = r.rows;
       if (p.device_lengths != nullptr) {
-        const std::uint32_t device_length = p.device_lengths[r.seq];
         if (p.check_positions != 0) {
           if (device_length != position) {
             rows = 0;
@@ -688,9 +692,21 @@ __global__ void __launch_bounds__(kEncodeFastWarps * 32, 2)
       request_rows[threadIdx.x] = rows;
     }
   }
+  if constexpr (!kBatched) {
+    if (threadIdx.x == 0) {
+      const bool stale = p.device_lengths != nullptr && device_length != batch.segment[0].position;
+      request_rows[0] = stale ? 0u : 1u;
+      if (stale && blockIdx.x == 0 && batch.segment[0].status != nullptr) {
+        atomicOr(batch.segment[0].status, kStatusStalePosition);
+      }
+    }
+  }
   auto position_of = [&](std::uint32_t r) { return kBatched ? request_position[r] : batch.segment[0].position; };
   auto rows_of = [&](std::uint32_t r) { return kBatched ? request_rows[r] : batch.segment[0].rows; };
   __syncthreads();
+  if constexpr (!kBatched) {
+    if (request_rows[0] == 0) return;  // a stale position (the whole block: no barrier is left behind)
+  }
 
   const std::uint32_t H = p.kv_heads;
   const std::uint32_t total = batch.total_steps;  // launcher guarantees < 2^31
@@ -1027,7 +1043,8 @@ cudaError_t launch_encode(const EncodeParams& p, cudaStream_t stream, bool force
 cudaError_t launch_encode_batch(const EncodeParams& p, const EncodeSegment* segments, std::uint32_t count,
                                 cudaStream_t stream) {
   if (count == 0 || count > kEncodeBatchMax) return cudaErrorInvalidValue;
-  if (count == 1 && p.device_lengths == nullptr) {  // (only the batched instance reads the device lengths)
+  // One request takes the single-request instance, except at the device lengths (its position is read there).
+  if (count == 1 && (p.device_lengths == nullptr || p.check_positions != 0)) {
     EncodeSegments<1> one;
     if (!number_steps(p, segments, 1, one)) return cudaErrorInvalidValue;
     return one.total_steps == 0 ? cudaSuccess : launch_fast_segments(p, one, stream);
