@@ -1,11 +1,13 @@
 // Internal: one layer of a DeviceCache — its layout, codec, device buffer and the host / device copies of the
-// sequences' lengths and window starts. Shared by tq_cache.cpp and tq_cache_deferred.cpp.
+// sequences' lengths and window starts. Shared by tq_cache.cpp, tq_cache_deferred.cpp and
+// tq_cache_device_lengths.cpp.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <vector>
 
+#include "append_commit.hpp"
 #include "kvcompact/cuda/runtime.hpp"
 #include "kvcompact/cuda/tq.hpp"
 #include "kvcompact/cuda/tq_cache.hpp"
@@ -26,6 +28,14 @@ struct DeviceCache::Layer {
   const std::uint32_t* device_lengths() const { return device_positions; }
   std::uint32_t* device_window_begins() { return device_lengths() + lengths.size(); }
   const std::uint32_t* device_window_begins() const { return device_lengths() + lengths.size(); }
+  // The commit kernel's targets in this layer (append_commit.hpp): the device lengths and, with an exact window,
+  // the window starts; the caller adds where the verdicts go.
+  detail::CommitTargets commit_targets() {
+    detail::CommitTargets t;
+    t.lengths = device_lengths();
+    t.window_begins = layout.exact_window > 0 ? device_window_begins() : nullptr;
+    return t;
+  }
 };
 
 }  // namespace kvcompact::cuda::tq

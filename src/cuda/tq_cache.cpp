@@ -187,9 +187,7 @@ Status DeviceCache::append_batch(std::uint32_t layer, std::span<const AppendRequ
     // The device commits each request after its encode, in stream order, as append_deferred's do: the device
     // lengths and window starts are final once the wait below returns, with no upload of them left in flight
     // (a copy queued here could land after a later call's on another stream).
-    detail::CommitTargets targets;
-    targets.lengths = l.device_lengths();
-    targets.window_begins = l.layout.exact_window > 0 ? l.device_window_begins() : nullptr;
+    detail::CommitTargets targets = l.commit_targets();
     targets.verdict_offset = static_cast<std::uint32_t>(n);
     targets.slots = static_cast<std::uint32_t>(n);
     const cudaError_t err =

@@ -68,9 +68,7 @@ Status DeviceCache::append_deferred(std::uint32_t layer, std::span<const AppendR
   const PositionCheck check{l.device_lengths()};
   Status launched = encode_append_batch(l.layout, *l.codec, l.data.data(), encodes, check, stream);
   if (launched.ok()) {
-    detail::CommitTargets targets;
-    targets.lengths = l.device_lengths();
-    targets.window_begins = l.layout.exact_window > 0 ? l.device_window_begins() : nullptr;
+    detail::CommitTargets targets = l.commit_targets();
     targets.verdict_offset = static_cast<std::uint32_t>(slots);
     targets.slots = static_cast<std::uint32_t>(slots);
     const cudaError_t err =

@@ -123,9 +123,7 @@ Status DeviceCache::append_at_length(std::uint32_t layer, std::span<const Length
   const DeviceLengths at{l.device_lengths(), max_length};
   Status launched = encode_append_batch(l.layout, *l.codec, l.data.data(), encodes, at, stream);
   if (launched.ok()) {
-    detail::CommitTargets targets;
-    targets.lengths = l.device_lengths();
-    targets.window_begins = l.layout.exact_window > 0 ? l.device_window_begins() : nullptr;
+    detail::CommitTargets targets = l.commit_targets();
     targets.slots = static_cast<std::uint32_t>(layers_.size() * std::size_t{sequences_});
     targets.sticky = true;
     targets.at_length = true;
