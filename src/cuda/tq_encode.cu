@@ -49,6 +49,21 @@ __device__ inline std::uint32_t quantize(float y, const float* boundaries, std::
   return index;
 }
 
+// A request's verdict against its sequence's device length (EncodeParams::device_lengths set), shared by both
+// kernels: with a position check (PositionCheck) it writes at its own position, or nothing when that is not the
+// device length (kStatusStalePosition); otherwise (DeviceLengths) it writes at the device length, or nothing
+// when it would end beyond the limit (kStatusBeyondLimit).
+struct LengthVerdict {
+  std::uint32_t first;    // the position of its first row
+  std::uint32_t refusal;  // 0, or the status bit of a request that writes nothing
+};
+__device__ inline LengthVerdict length_verdict(const EncodeParams& p, std::uint32_t device_length,
+                                               std::uint32_t position, std::uint32_t rows) {
+  if (p.check_positions != 0) return {position, device_length != position ? kStatusStalePosition : 0u};
+  const bool beyond = device_length > p.length_limit || rows > p.length_limit - device_length;
+  return {device_length, beyond ? kStatusBeyondLimit : 0u};
+}
+
 // ---------------------------------------------------------------------------------------------------------
 // General kernel: one warp encodes one (row, KV head, key-or-value) item; shared memory holds the rotated row
 // and the residual.
@@ -71,19 +86,12 @@ __global__ void __launch_bounds__(kEncodeWarps * 32) encode_kernel(EncodeParams 
   // With a position check (PositionCheck), a position that is not the device length writes nothing.
   std::uint32_t first = p.position;
   if (p.device_lengths != nullptr) {
-    const std::uint32_t device_length = p.device_lengths[p.seq];
-    if (p.check_positions != 0) {
-      if (device_length != first) {
-        if (item == 0 && lane == 0 && p.status != nullptr) atomicOr(p.status, kStatusStalePosition);
-        return;
-      }
-    } else {
-      first = device_length;
-      if (first > p.length_limit || p.rows > p.length_limit - first) {
-        if (item == 0 && lane == 0 && p.status != nullptr) atomicOr(p.status, kStatusBeyondLimit);
-        return;
-      }
+    const LengthVerdict v = length_verdict(p, p.device_lengths[p.seq], first, p.rows);
+    if (v.refusal != 0) {
+      if (item == 0 && lane == 0 && p.status != nullptr) atomicOr(p.status, v.refusal);
+      return;
     }
+    first = v.first;
   }
   const void* src = is_value ? p.values : p.keys;
   const std::uint64_t src_base = (static_cast<std::uint64_t>(row) * p.kv_heads + head) * d;
@@ -675,17 +683,11 @@ __global__ void __launch_bounds__(kEncodeFastWarps * 32, 2)
       const EncodeSegment& r = batch.segment[threadIdx.x];
       std::uint32_t position = r.position, rows = r.rows;
       if (p.device_lengths != nullptr) {
-        if (p.check_positions != 0) {
-          if (device_length != position) {
-            rows = 0;
-            if (blockIdx.x == 0 && r.status != nullptr) atomicOr(r.status, kStatusStalePosition);
-          }
-        } else {
-          position = device_length;
-          if (position > p.length_limit || rows > p.length_limit - position) {
-            rows = 0;
-            if (blockIdx.x == 0 && r.status != nullptr) atomicOr(r.status, kStatusBeyondLimit);
-          }
+        const LengthVerdict v = length_verdict(p, device_length, position, rows);
+        position = v.first;
+        if (v.refusal != 0) {
+          rows = 0;
+          if (blockIdx.x == 0 && r.status != nullptr) atomicOr(r.status, v.refusal);
         }
       }
       request_position[threadIdx.x] = position;
@@ -694,11 +696,11 @@ __global__ void __launch_bounds__(kEncodeFastWarps * 32, 2)
   }
   if constexpr (!kBatched) {
     if (threadIdx.x == 0) {
-      const bool stale = p.device_lengths != nullptr && device_length != batch.segment[0].position;
-      request_rows[0] = stale ? 0u : 1u;
-      if (stale && blockIdx.x == 0 && batch.segment[0].status != nullptr) {
-        atomicOr(batch.segment[0].status, kStatusStalePosition);
-      }
+      const EncodeSegment& r = batch.segment[0];
+      const std::uint32_t refusal =
+          p.device_lengths == nullptr ? 0u : length_verdict(p, device_length, r.position, r.rows).refusal;
+      request_rows[0] = refusal == 0 ? 1u : 0u;
+      if (refusal != 0 && blockIdx.x == 0 && r.status != nullptr) atomicOr(r.status, refusal);
     }
   }
   auto position_of = [&](std::uint32_t r) { return kBatched ? request_position[r] : batch.segment[0].position; };
