@@ -615,10 +615,6 @@ __global__ void __launch_bounds__(kEncodeFastWarps * 32, 2)
   // [i][thread]: main-rotation sign pairs of chunk i (MainSigns; bf16 / f16 only)
   __shared__ uint4 pair_masks[DT == 0 ? 1 : 4][DT == 0 ? 1 : kEncodeFastWarps * 32];
   const Tables& gt = *p.tables;
-  // Thread r < the request count loads request r's device length (DeviceLengths / PositionCheck) before the
-  // tables are set up, so that its latency overlaps theirs; it is used after them.
-  std::uint32_t device_length = 0;
-  if (p.device_lengths != nullptr && threadIdx.x < batch.count) device_length = p.device_lengths[batch.segment[threadIdx.x].seq];
   for (unsigned i = threadIdx.x; i < 32; i += blockDim.x) {
     const double ck = gt.key_centroids_f64[i], cv = gt.value_centroids_f64[i];
     tab.c2[0][i] = __dmul_rn(ck, ck);
@@ -675,15 +671,14 @@ __global__ void __launch_bounds__(kEncodeFastWarps * 32, 2)
   // The batched instance's requests' first positions and rows, read once per block: from the parameter, or at
   // the device lengths (DeviceLengths), where a request ending beyond the limit keeps 0 rows and so writes
   // nothing (block 0 reports it); with a position check (PositionCheck), a request whose position is not the
-  // device length keeps 0 rows (kStatusStalePosition). The single-request instance reads its parameter; with
-  // a position check (it never appends at the device length) a stale request's blocks return at once.
+  // device length keeps 0 rows (kStatusStalePosition). The single-request instance reads its parameter.
   __shared__ std::uint32_t request_position[kBatched ? kEncodeBatchMax : 1], request_rows[kBatched ? kEncodeBatchMax : 1];
   if constexpr (kBatched) {
     if (threadIdx.x < batch.count) {
       const EncodeSegment& r = batch.segment[threadIdx.x];
       std::uint32_t position = r.position, rows = r.rows;
       if (p.device_lengths != nullptr) {
-        const LengthVerdict v = length_verdict(p, device_length, position, rows);
+        const LengthVerdict v = length_verdict(p, p.device_lengths[r.seq], position, rows);
         position = v.first;
         if (v.refusal != 0) {
           rows = 0;
@@ -694,21 +689,9 @@ __global__ void __launch_bounds__(kEncodeFastWarps * 32, 2)
       request_rows[threadIdx.x] = rows;
     }
   }
-  if constexpr (!kBatched) {
-    if (threadIdx.x == 0) {
-      const EncodeSegment& r = batch.segment[0];
-      const std::uint32_t refusal =
-          p.device_lengths == nullptr ? 0u : length_verdict(p, device_length, r.position, r.rows).refusal;
-      request_rows[0] = refusal == 0 ? 1u : 0u;
-      if (refusal != 0 && blockIdx.x == 0 && r.status != nullptr) atomicOr(r.status, refusal);
-    }
-  }
   auto position_of = [&](std::uint32_t r) { return kBatched ? request_position[r] : batch.segment[0].position; };
   auto rows_of = [&](std::uint32_t r) { return kBatched ? request_rows[r] : batch.segment[0].rows; };
   __syncthreads();
-  if constexpr (!kBatched) {
-    if (request_rows[0] == 0) return;  // a stale position (the whole block: no barrier is left behind)
-  }
 
   const std::uint32_t H = p.kv_heads;
   const std::uint32_t total = batch.total_steps;  // launcher guarantees < 2^31
@@ -1045,8 +1028,7 @@ cudaError_t launch_encode(const EncodeParams& p, cudaStream_t stream, bool force
 cudaError_t launch_encode_batch(const EncodeParams& p, const EncodeSegment* segments, std::uint32_t count,
                                 cudaStream_t stream) {
   if (count == 0 || count > kEncodeBatchMax) return cudaErrorInvalidValue;
-  // One request takes the single-request instance, except at the device lengths (its position is read there).
-  if (count == 1 && (p.device_lengths == nullptr || p.check_positions != 0)) {
+  if (count == 1 && p.device_lengths == nullptr) {  // (only the batched instance reads the device lengths)
     EncodeSegments<1> one;
     if (!number_steps(p, segments, 1, one)) return cudaErrorInvalidValue;
     return one.total_steps == 0 ? cudaSuccess : launch_fast_segments(p, one, stream);
