@@ -165,9 +165,6 @@ Status DeviceCache::append_batch(std::uint32_t layer, std::span<const AppendRequ
   Layer& l = *layers_[layer];
   const std::size_t n = requests.size();
   const auto s = static_cast<cudaStream_t>(stream);
-  if (status_.size() < 4ull * n) {
-    KVC_ASSIGN_OR_RETURN(status_, DeviceBuffer::allocate(4ull * n));
-  }
   // [2][n]: each request's encode status word, then the verdict the commit kernel moves out of it.
   if (status_.size() < 8ull * n) {
     KVC_ASSIGN_OR_RETURN(status_, DeviceBuffer::allocate(8ull * n));
