@@ -1,5 +1,6 @@
 // The commit kernel of DeviceCache's appends without a host wait (append_commit.hpp): one thread per request.
 #include "append_commit.hpp"
+#include "pdl.cuh"
 
 namespace kvcompact::cuda::tq::detail {
 
@@ -10,6 +11,7 @@ namespace {
 constexpr std::uint32_t kWroteRejected = ~(kStatusBeyondLimit | kStatusStalePosition);
 
 __global__ void commit_appends_kernel(const __grid_constant__ EncodeBatch batch, const CommitTargets t) {
+  kvcompact::cuda::detail::wait_for_previous_grid();  // (launch_after_previous: the encode before it)
   if (threadIdx.x == 0 && t.commits != nullptr) atomicAdd(t.commits, 1u);
   if (threadIdx.x >= batch.count) return;
   const EncodeSegment& r = batch.segment[threadIdx.x];
@@ -38,8 +40,9 @@ cudaError_t launch_commit_appends(const EncodeSegment* requests, std::uint32_t c
     EncodeBatch batch{};
     batch.count = count - first < kEncodeBatchMax ? count - first : kEncodeBatchMax;
     for (std::uint32_t i = 0; i < batch.count; ++i) batch.segment[i] = requests[first + i];
-    commit_appends_kernel<<<1, kEncodeBatchMax, 0, stream>>>(batch, targets);
-    const cudaError_t err = cudaGetLastError();
+    cudaError_t err = kvcompact::cuda::detail::launch_after_previous(commit_appends_kernel, dim3(1),
+                                                                     dim3(kEncodeBatchMax), 0, stream, batch, targets);
+    if (err == cudaSuccess) err = cudaGetLastError();
     if (err != cudaSuccess) return err;
   }
   return cudaSuccess;

@@ -13,6 +13,7 @@
 #include "decode_coords.hpp"
 #include "mbarrier.cuh"
 #include "params.hpp"
+#include "pdl.cuh"
 
 namespace kvcompact::cuda::tq::detail {
 
@@ -455,6 +456,8 @@ constexpr int decode_min_blocks() {
 template <int D, int CB, int VB, bool PACK, bool WIDE>
 __global__ void __launch_bounds__(Shape<D, CB, VB, WIDE>::threads, (decode_min_blocks<D, CB, VB, WIDE>()))
     decode_kernel(DecodeParams p) {
+  // Launched with launch_after_previous: nothing in memory is touched before the grid before it has completed.
+  kvcompact::cuda::detail::wait_for_previous_grid();
   using S = Shape<D, CB, VB, WIDE>;
   constexpr unsigned kTile = S::tile, kBlockSize = S::threads, kWarps = S::warps, kHalves = S::halves;
   constexpr int kMt = S::mt;
@@ -1271,8 +1274,9 @@ cudaError_t launch_decode(const DecodeParams& p, cudaStream_t stream) {
                                    p.group <= kDecodePackedGroup, p.wide != 0);
   if (k.fn == nullptr) return cudaErrorInvalidValue;
   const dim3 grid(p.splits, p.kv_heads * p.head_groups, p.seqs);
-  k.fn<<<grid, k.threads, k.smem, stream>>>(p);
-  cudaError_t err = cudaGetLastError();
+  // Its launch overlaps the tail of the kernel before it on the stream (an append's commit in a decode step).
+  cudaError_t err = kvcompact::cuda::detail::launch_after_previous(k.fn, grid, dim3(k.threads), k.smem, stream, p);
+  if (err == cudaSuccess) err = cudaGetLastError();
   if (err != cudaSuccess) return err;
   if (p.merge_in_kernel != 0) return cudaSuccess;
   if (p.window > 0) {

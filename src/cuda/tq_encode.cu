@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "encode_params.hpp"
+#include "pdl.cuh"
 #include "kvcompact/tq/normalise.hpp"
 
 namespace kvcompact::cuda::tq::detail {
@@ -68,6 +69,7 @@ __device__ inline LengthVerdict length_verdict(const EncodeParams& p, std::uint3
 // General kernel: one warp encodes one (row, KV head, key-or-value) item; shared memory holds the rotated row
 // and the residual.
 __global__ void __launch_bounds__(kEncodeWarps * 32) encode_kernel(EncodeParams p) {
+  kvcompact::cuda::detail::wait_for_previous_grid();  // (launch_after_previous)
   extern __shared__ float smem[];
   const Tables& t = *p.tables;
   const unsigned d = t.head_dim;
@@ -608,6 +610,7 @@ __device__ __forceinline__ void fast_tail_dispatch(float (&y)[32], const TailArg
 template <unsigned D, unsigned DT, bool NC, bool QJL, bool kBatched>
 __global__ void __launch_bounds__(kEncodeFastWarps * 32, 2)
     encode_fast_kernel(EncodeParams p, const __grid_constant__ EncodeSegments<kBatched ? kEncodeBatchMax : 1> batch) {
+  kvcompact::cuda::detail::wait_for_previous_grid();  // (launch_after_previous)
   using F = Fast<D>;
   __shared__ FastTables tab;
   __shared__ __align__(16) std::uint8_t stage_codes[kEncodeFastWarps][kStageBytes];
@@ -910,9 +913,11 @@ cudaError_t launch_fast_instance(const EncodeParams& p, const EncodeSegments<N>&
   if (err != cudaSuccess) return err;
   const std::uint32_t wanted = (batch.total_steps + kEncodeFastWarps - 1) / kEncodeFastWarps;
   const std::uint32_t blocks = wanted < resident ? wanted : resident;
-  encode_fast_kernel<D, DT, NC, QJL, kBatched>
-      <<<blocks, kEncodeFastWarps * 32, fast_ring_bytes<DT>(), stream>>>(p, batch);
-  return cudaGetLastError();
+  // Its launch overlaps the tail of the kernel before it on the stream (the previous layer's decode in a step).
+  const cudaError_t launched = kvcompact::cuda::detail::launch_after_previous(
+      encode_fast_kernel<D, DT, NC, QJL, kBatched>, dim3(blocks), dim3(kEncodeFastWarps * 32), fast_ring_bytes<DT>(),
+      stream, p, batch);
+  return launched != cudaSuccess ? launched : cudaGetLastError();
 }
 
 // The dispatch from the parameters' head_dim, dtype and family to an instance; N = 1: the single-request one.
@@ -1021,8 +1026,9 @@ cudaError_t launch_encode(const EncodeParams& p, cudaStream_t stream, bool force
         cudaFuncSetAttribute(encode_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
     if (err != cudaSuccess) return err;
   }
-  encode_kernel<<<static_cast<unsigned>(blocks), kEncodeWarps * 32, smem, stream>>>(p);
-  return cudaGetLastError();
+  const cudaError_t launched = kvcompact::cuda::detail::launch_after_previous(
+      encode_kernel, dim3(static_cast<unsigned>(blocks)), dim3(kEncodeWarps * 32), smem, stream, p);
+  return launched != cudaSuccess ? launched : cudaGetLastError();
 }
 
 cudaError_t launch_encode_batch(const EncodeParams& p, const EncodeSegment* segments, std::uint32_t count,

@@ -1,46 +1,12 @@
-// Programmatic dependent launch (sm_90) for the DeepSeek-V4 kernels of a layer step, which run back to back on
-// one stream (query preparation, scores, top-k, attention split, merge, then the next layer's): a kernel launched
-// with launch_after_previous may be scheduled while the kernel before it finishes, so its launch and block
-// placement overlap that kernel's tail instead of following its completion. Every such kernel calls
-// wait_for_previous_grid() first, before it touches any memory: the wait returns once the previous grid has
-// completed and its memory operations are visible, so the order of all memory effects is the plain stream
-// order. The kernels do not trigger the next launch early (griddepcontrol.launch_dependents, which lets the next
-// kernel launch once every block of this one has started): a version that did was slower in whole-step CUDA
-// graphs at 1M (round 8 in docs/cuda-dsv4-kernels.md), likely from the next kernel's blocks waiting resident
-// beside running ones; without it the next kernel is launched as this one's blocks exit (the implicit trigger),
-// which measured 1.3-3.8 % faster per step (round 9). On a kernel launched without the attribute, or with no
-// kernel before it, the wait returns at once.
+// The DeepSeek-V4 kernels' names for the shared programmatic-dependent-launch helpers (src/cuda/pdl.cuh).
 #pragma once
 
-#include <cuda_runtime.h>
-
-#include <utility>
+#include "cuda/pdl.cuh"
 
 namespace kvcompact::cuda::dsv4::detail {
 
-__device__ __forceinline__ void wait_for_previous_grid() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
-
-// The launch attribute that allows the overlap.
-inline cudaLaunchAttribute overlap_with_previous_attribute() {
-  cudaLaunchAttribute a{};
-  a.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  a.val.programmaticStreamSerializationAllowed = 1;
-  return a;
-}
-
-// kernel<<<grid, block, smem, stream>>>(args...) with the overlap attribute.
-template <typename... KernelArgs, typename... Args>
-cudaError_t launch_after_previous(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, std::size_t smem,
-                                  cudaStream_t stream, Args&&... args) {
-  cudaLaunchAttribute attribute = overlap_with_previous_attribute();
-  cudaLaunchConfig_t config{};
-  config.gridDim = grid;
-  config.blockDim = block;
-  config.dynamicSmemBytes = smem;
-  config.stream = stream;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
-  return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
-}
+using kvcompact::cuda::detail::launch_after_previous;
+using kvcompact::cuda::detail::overlap_with_previous_attribute;
+using kvcompact::cuda::detail::wait_for_previous_grid;
 
 }  // namespace kvcompact::cuda::dsv4::detail
