@@ -2,16 +2,20 @@
 // contract as attention_split_kernel (attention.cu: one token, one split of its row list, partial O / m / l for
 // the merge kernel), with the query and each decoded row tile held once in shared memory in the SW128 layout
 // (wgmma.cuh) and read by the tensor cores directly. Per 64-row tile:
-//   decode rows to fp16 (all threads) -> S = Q K^T: warpgroup x takes rows [32 x, 32 x + 32) of the tile, all 64
-//   heads, K = 512 (32 m64n32k16) -> online softmax in registers (per-head maxima and sums exchanged between the
-//   two warpgroups through shared memory) -> P (fp16, 64 heads x 64 rows) to shared memory -> O += P V:
-//   warpgroup x takes dims [256 x, 256 x + 256) (16 m64n64k16, V = the tile read MN-major).
+//   decode rows to fp16 (all threads) -> S = Q K^T: warpgroup x of W takes rows [64 x / W, 64 (x + 1) / W) of the
+//   tile, all 64 heads, K = 512 (32 m64n32k16 for W = 2, m64n16k16 for W = 4) -> online softmax in registers
+//   (per-head maxima and sums exchanged between the warpgroups through shared memory) -> P (fp16, 64 heads x 64
+//   rows) to shared memory -> O += P V: warpgroup x takes dims [512 x / W, 512 (x + 1) / W) (m64n64k16, V = the
+//   tile read MN-major).
+// W = 2 warpgroups for BF16 rows, 4 for FP8 rows (WgShape): with four, a thread holds half of O (64 registers
+// instead of 128), so 16 warps fit at 128 registers, and each warp decodes half as many FP8 pieces (cuda-dsv4-
+// kernels.md, round 20: FP8 attention 1.5-2 % faster; BF16 rows, whose tiles come by cp.async, 2.5 % slower).
 // BF16 rows are copied by cp.async straight into their SW128 places of one of two tile buffers and widened to
 // fp16 in place (bf16 and fp16 are both 2 bytes); FP8 rows (584 bytes) are loaded into registers and decoded
 // into one of the two buffers. Either way P V of one tile runs on the tensor cores while the next tile is widened
 // or decoded.
-// Shared-memory reads per tile: Q twice (128 KB), the tile twice (S and PV: 128 KB), P twice (16 KB), against
-// ~800 KB for the mma.sync kernel, whose fragments are reloaded per warp. tests/cuda_dsv4/wgmma_test.cpp checks
+// Shared-memory reads per tile: Q W times (64 KB each), the tile twice (S and PV: 128 KB), P W times (8 KB each),
+// against ~800 KB for the mma.sync kernel, whose fragments are reloaded per warp. tests/cuda_dsv4/wgmma_test.cpp checks
 // the wgmma conventions this relies on; the attention tests check this kernel (attention.cu launches it for
 // 64-head blocks).
 #include <cuda_fp16.h>
@@ -30,34 +34,46 @@ namespace kvcompact::cuda::dsv4::detail {
 
 namespace {
 
-constexpr unsigned kThreads = 256;                     // two warpgroups
 constexpr unsigned kRows = kAttnTileRows;              // 64
 constexpr unsigned kTileBytes = kRows * kHeadDim * 2;  // an SW128 matrix of 64 x 512 fp16: 64 KB
 constexpr unsigned kPBytes = kAttnBlockHeads * kRows * 2;
 constexpr unsigned kFp8RowBytes = 584;  // 56 pieces of 8 e4m3 codes, 16 pieces of 4 bf16, 8 scale bytes
-static_assert(kThreads == 4 * kRows, "FP8 rows: four threads per row");
 static_assert(kRows * kFp8RowBytes <= kTileBytes, "a raw FP8 tile fits in a tile buffer");
+
+// The block's split of the work by row format (above): warpgroups, threads, a warpgroup's rows of S and dims of
+// P V, and its m64n64 accumulators of O.
+template <bool kBf16Rows>
+struct WgShape {
+  static constexpr unsigned warpgroups = kBf16Rows ? 2 : 4;
+  static constexpr unsigned threads = 128 * warpgroups;
+  static constexpr unsigned s_rows = kRows / warpgroups;
+  static constexpr unsigned pv_dims = kHeadDim / warpgroups;
+  static constexpr unsigned pv_blocks = pv_dims / 64;
+};
+constexpr unsigned kMaxWarpgroups = 4;
+constexpr unsigned kBf16Threads = WgShape<true>::threads;  // 256
+constexpr unsigned kFp8Threads = WgShape<false>::threads;  // 512
 
 struct WgSmem {
   std::uint8_t q[kTileBytes];     // SW128, 1024-byte aligned (the struct is placed so)
   std::uint8_t k[2][kTileBytes];  // two fp16 tiles (alternating)
   std::uint8_t p[kPBytes];
-  float part_max[2][kAttnBlockHeads];  // per warpgroup, over its 32 rows of the tile
-  float part_sum[2][kAttnBlockHeads];
+  float part_max[kMaxWarpgroups][kAttnBlockHeads];  // per warpgroup, over its rows of the tile
+  float part_sum[kMaxWarpgroups][kAttnBlockHeads];
   const std::uint8_t* rows[2][kRows];
 };
 constexpr unsigned kSmemBytes = sizeof(WgSmem) + 1024;  // + alignment slack
 static_assert(kSmemBytes <= 227 * 1024, "one block per multiprocessor");
 
-// BF16 rows: thread t copies the 16-byte piece t % 64 (dims 8 (t % 64) ...) of rows 4 j + t / 64 (j < 16) straight
-// to its SW128 place in `tile`; a missing row is zero-filled, so the widening needs no test and the missing rows'
-// values are zeros (their p is 0, and 0 times a stale inf would be NaN in P V). Each thread later widens exactly
-// the pieces it copied.
+// BF16 rows (256 threads): thread t copies the 16-byte piece t % 64 (dims 8 (t % 64) ...) of rows 4 j + t / 64
+// (j < 16) straight to its SW128 place in `tile`; a missing row is zero-filled, so the widening needs no test and
+// the missing rows' values are zeros (their p is 0, and 0 times a stale inf would be NaN in P V). Each thread later
+// widens exactly the pieces it copied.
 __device__ __forceinline__ void stage_bf16_rows(std::uint8_t* tile, const std::uint8_t* const* rows,
                                                 const void* any_global) {
   const unsigned pc = threadIdx.x % 64, r0 = threadIdx.x / 64;
 #pragma unroll
-  for (unsigned j = 0; j < kRows * 64 / kThreads; ++j) {
+  for (unsigned j = 0; j < kRows * 64 / kBf16Threads; ++j) {
     const std::uint8_t* src = rows[4 * j + r0];
     cp_async16_or_zero(tile + sw128_offset(4 * j + r0, pc * 8, kRows), src != nullptr ? src + pc * 16 : any_global,
                        src != nullptr ? 16u : 0u);
@@ -72,7 +88,7 @@ __device__ __forceinline__ void widen_bf16_tile(std::uint8_t* tile) {
   std::uint8_t* even = tile + sw128_offset(r0, pc * 8, kRows);
   std::uint8_t* odd = tile + sw128_offset(r0 + 4, pc * 8, kRows) - 4 * 128;
 #pragma unroll
-  for (unsigned j = 0; j < kRows * 64 / kThreads; ++j) {
+  for (unsigned j = 0; j < kRows * 64 / kBf16Threads; ++j) {
     uint4* piece = reinterpret_cast<uint4*>((j % 2 == 0 ? even : odd) + 4 * j * 128);
     const uint4 v = *piece;
     *piece = make_uint4(bf16x2_to_half2(v.x), bf16x2_to_half2(v.y), bf16x2_to_half2(v.z),
@@ -80,13 +96,15 @@ __device__ __forceinline__ void widen_bf16_tile(std::uint8_t* tile) {
   }
 }
 
-// FP8 rows go through registers: thread t holds row t / 4 of a tile, its 8-byte pieces t % 4 + 4 j (j < 18: 72
-// pieces, 56 of e4m3 codes then 16 of bf16 pairs) and the row's 8 block scales. The loads of tile t + 1 are issued
-// before S of tile t and decoded into the other fp16 tile buffer while P V of tile t runs on the tensor cores, as
-// the BF16 rows are widened (a raw tile in shared memory does not fit beside two fp16 tiles and the query, so it
-// used to be decoded between the tiles' tensor-core work, with every thread waiting). A warp's load j reads 8 rows
-// x 32 contiguous bytes; its stores of piece j hit the 8 SW128 chunk positions of 8 rows evenly (ideal wavefronts).
-constexpr unsigned kFp8RegPieces = (kFp8RowBytes / 8 - 1) / 4;  // 18
+// FP8 rows (512 threads) go through registers: thread t holds row t / 8 of a tile, its 8-byte pieces t % 8 + 8 j
+// (j < 9: 72 pieces, 56 of e4m3 codes then 16 of bf16 pairs) and the row's 8 block scales. The loads of tile t + 1
+// are issued before S of tile t and decoded into the other fp16 tile buffer while P V of tile t runs on the tensor
+// cores, as the BF16 rows are widened (a raw tile in shared memory does not fit beside two fp16 tiles and the
+// query, so it used to be decoded between the tiles' tensor-core work, with every thread waiting). A warp's load j
+// reads 4 rows x 64 contiguous bytes; its stores of piece j hit the 8 SW128 chunk positions of 4 rows evenly (ideal
+// wavefronts).
+constexpr unsigned kFp8Lanes = kFp8Threads / kRows;                     // threads per row (8)
+constexpr unsigned kFp8RegPieces = (kFp8RowBytes / 8 - 1) / kFp8Lanes;  // 9
 constexpr unsigned kFp8CodePieces = 56;
 struct Fp8RowRegs {
   uint2 piece[kFp8RegPieces];
@@ -98,11 +116,13 @@ struct Fp8RowRegs {
 template <bool kRaw>
 __device__ __forceinline__ void load_fp8_row_regs(Fp8RowRegs& regs, const std::uint8_t* const* rows,
                                                   const std::uint8_t* raw = nullptr) {
-  const unsigned r = threadIdx.x / 4, q = threadIdx.x % 4;
+  const unsigned r = threadIdx.x / kFp8Lanes, q = threadIdx.x % kFp8Lanes;
   if (rows[r] != nullptr) {
     const uint2* src = reinterpret_cast<const uint2*>(kRaw ? raw + r * kFp8RowBytes : rows[r]);
 #pragma unroll
-    for (unsigned j = 0; j < kFp8RegPieces; ++j) regs.piece[j] = kRaw ? src[q + 4 * j] : __ldg(src + q + 4 * j);
+    for (unsigned j = 0; j < kFp8RegPieces; ++j) {
+      regs.piece[j] = kRaw ? src[q + kFp8Lanes * j] : __ldg(src + q + kFp8Lanes * j);
+    }
     regs.scales = kRaw ? src[kFp8CodePieces + 16] : __ldg(src + kFp8CodePieces + 16);
   } else {
 #pragma unroll
@@ -116,23 +136,24 @@ __device__ __forceinline__ void load_fp8_row_regs(Fp8RowRegs& regs, const std::u
 // not hold them beside the query's.
 __device__ __forceinline__ void stage_fp8_rows(std::uint8_t* raw, const std::uint8_t* const* rows) {
   constexpr unsigned kPieces = kFp8RowBytes / 8;
-  for (unsigned c = threadIdx.x; c < kRows * kPieces; c += kThreads) {
+  for (unsigned c = threadIdx.x; c < kRows * kPieces; c += kFp8Threads) {
     const unsigned r = c / kPieces, pc = c % kPieces;
     if (rows[r] != nullptr) cp_async8(raw + r * kFp8RowBytes + pc * 8, rows[r] + pc * 8);
   }
   cp_async_commit();
 }
 
-// Decodes this thread's pieces (load_fp8_row_regs) into the SW128 fp16 tile. Code piece q + 4 j lies in block
-// (q + 4 j) / 8 = j / 2 (q < 4), so its scale byte is known at compile time.
+// Decodes this thread's pieces (load_fp8_row_regs) into the SW128 fp16 tile. Code piece q + 8 j lies in block
+// (q + 8 j) / 8 = j (q < 8), so its scale byte is known at compile time.
 __device__ __forceinline__ void decode_fp8_row_regs(std::uint8_t* tile, const Fp8RowRegs& regs) {
-  const unsigned r = threadIdx.x / 4, q = threadIdx.x % 4;
+  static_assert(kFp8Lanes == 8, "code piece j's block is j");
+  const unsigned r = threadIdx.x / kFp8Lanes, q = threadIdx.x % kFp8Lanes;
 #pragma unroll
   for (unsigned j = 0; j < kFp8RegPieces; ++j) {
-    const unsigned pc = q + 4 * j;
-    if (j < kFp8CodePieces / 4) {
-      const std::uint32_t word = j / 2 < 4 ? regs.scales.x : regs.scales.y;
-      const int e = static_cast<int>((word >> (8 * (j / 2 % 4))) & 0xFFu) - 127;
+    const unsigned pc = q + kFp8Lanes * j;
+    if (j < kFp8CodePieces / kFp8Lanes) {
+      const std::uint32_t word = j < 4 ? regs.scales.x : regs.scales.y;
+      const int e = static_cast<int>((word >> (8 * (j % 4))) & 0xFFu) - 127;
       *reinterpret_cast<uint4*>(tile + sw128_offset(r, pc * 8, kRows)) = e4m3x8_scaled_to_half8<true>(regs.piece[j], e);
     } else {
       *reinterpret_cast<uint2*>(tile + sw128_offset(r, 448 + (pc - kFp8CodePieces) * 4, kRows)) =
@@ -151,10 +172,13 @@ __device__ __forceinline__ float quad_sum(float v) {
 }
 
 // Thread t: warpgroup x = t / 128, warp w = (t / 32) % 4, lane l (g = l / 4, tig = l % 4). Its heads (the
-// accumulators' rows) are 16 w + g and 16 w + g + 8 in both warpgroups, so both hold the same softmax state.
+// accumulators' rows) are 16 w + g and 16 w + g + 8 in every warpgroup, so all hold the same softmax state.
 template <bool kBf16Rows>
-__global__ void __launch_bounds__(kThreads, 1) attention_split_wgmma_kernel(AttentionParams p) {
+__global__ void __launch_bounds__(WgShape<kBf16Rows>::threads, 1) attention_split_wgmma_kernel(AttentionParams p) {
   wait_for_previous_grid();
+  using Shape = WgShape<kBf16Rows>;
+  constexpr unsigned kThreads = Shape::threads, kWg = Shape::warpgroups, kSRows = Shape::s_rows;
+  constexpr unsigned kPvDims = Shape::pv_dims, kPvBlocks = Shape::pv_blocks;
   extern __shared__ std::uint8_t smem_raw[];
   WgSmem& sm = *reinterpret_cast<WgSmem*>(
       smem_raw + ((1024u - (static_cast<unsigned>(__cvta_generic_to_shared(smem_raw)) & 1023u)) & 1023u));
@@ -170,10 +194,11 @@ __global__ void __launch_bounds__(kThreads, 1) attention_split_wgmma_kernel(Atte
     if (tid < kRows) rows[tid] = t0 + tid < r_end ? attention_row_pointer(p, d, token, t0 + tid, nw) : nullptr;
   };
   // The query, 64 heads x 512 floats, becomes SW128 fp16 (8-byte stores of 4 values): float4 j of this thread is
-  // dims c .. c + 3 (c = 4 (tid % 128)) of head 2 j + x = 2 (j % 4) + x + 8 (j / 4), whose SW128 XOR term depends
-  // on j % 4 only. All 32 loads are issued first, so they are in flight with the first tile's row pointers (whose
-  // index loads they would otherwise wait behind).
-  constexpr unsigned kQPer = kAttnBlockHeads * kHeadDim / 4 / kThreads;  // 32 float4 per thread
+  // dims c .. c + 3 (c = 4 (tid % 128)) of head W j + x = W (j % (8 / W)) + x + 8 (j / (8 / W)), whose SW128 XOR
+  // term depends on j % (8 / W) only. All loads are issued first, so they are in flight with the first tile's row
+  // pointers (whose index loads they would otherwise wait behind).
+  constexpr unsigned kQPer = kAttnBlockHeads * kHeadDim / 4 / kThreads;  // 32 (W = 2) or 16 float4 per thread
+  constexpr unsigned kHeadPeriod = 8 / kWg;
   float4 qv[kQPer];
   {
     const float4* qsrc =
@@ -192,20 +217,21 @@ __global__ void __launch_bounds__(kThreads, 1) attention_split_wgmma_kernel(Atte
     const unsigned c = 4 * (tid % 128);
 #pragma unroll
     for (unsigned j = 0; j < kQPer; ++j) {
-      *reinterpret_cast<uint2*>(sm.q + sw128_offset(2 * (j % 4) + x, c, kAttnBlockHeads) + (j / 4) * 8 * 128) =
+      *reinterpret_cast<uint2*>(sm.q + sw128_offset(kWg * (j % kHeadPeriod) + x, c, kAttnBlockHeads) +
+                                (j / kHeadPeriod) * 8 * 128) =
           make_uint2(pack_half2(qv[j].x, qv[j].y), pack_half2(qv[j].z, qv[j].w));
     }
   }
-  // Matrix descriptors: Q, this warpgroup's 32 rows of the tile (S), P, and its 256 dims of the tile (P V).
+  // Matrix descriptors: Q, this warpgroup's rows of the tile (S), P, and its dims of the tile (P V).
   const GmmaDesc desc_q = sw128_descriptor(sm.q, 16, 1024);
   // (Buffer k[1] is kTileBytes after k[0]: its descriptors are at(kTileBytes + ...) of these.)
-  const GmmaDesc desc_k = sw128_descriptor(sm.k[0] + 32 * x * 128, 16, 1024);
+  const GmmaDesc desc_k = sw128_descriptor(sm.k[0] + kSRows * x * 128, 16, 1024);
   const GmmaDesc desc_p = sw128_descriptor(sm.p, 16, 1024);
-  const GmmaDesc desc_v = sw128_descriptor(sm.k[0] + 4 * x * (kRows * 128), 8192, 1024);
+  const GmmaDesc desc_v = sw128_descriptor(sm.k[0] + kPvBlocks * x * (kRows * 128), 8192, 1024);
   float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.0f, l_b = 0.0f;  // running max (log2 units) and sum
-  float o[4][32];  // dims 256 x + 64 nb + ..., the m64n64 accumulator layout
+  float o[kPvBlocks][32];  // dims kPvDims x + 64 nb + ..., the m64n64 accumulator layout
 #pragma unroll
-  for (int nb = 0; nb < 4; ++nb) {
+  for (unsigned nb = 0; nb < kPvBlocks; ++nb) {
 #pragma unroll
     for (int i = 0; i < 32; ++i) o[nb][i] = 0.0f;
   }
@@ -239,23 +265,27 @@ __global__ void __launch_bounds__(kThreads, 1) attention_split_wgmma_kernel(Atte
       }
     }
 
-    // ---- S = Q K^T for rows [32 x, 32 x + 32): k-step s = columns 16 s .. 16 s + 15.
-    float s[16];
+    // ---- S = Q K^T for rows [kSRows x, kSRows (x + 1)): k-step s = columns 16 s .. 16 s + 15.
+    float s[kSRows / 2];
     wgmma_fence();
 #pragma unroll
     for (unsigned ks = 0; ks < kHeadDim / 16; ++ks) {
       const unsigned col = (ks / 4) * (kRows * 128) + (ks % 4) * 32;
-      wgmma_m64n32k16_ss(s, desc_q.at(col), desc_k.at(kb * kTileBytes + col), ks > 0);
+      if constexpr (kSRows == 32) {
+        wgmma_m64n32k16_ss(s, desc_q.at(col), desc_k.at(kb * kTileBytes + col), ks > 0);
+      } else {
+        wgmma_m64n16k16_ss(s, desc_q.at(col), desc_k.at(kb * kTileBytes + col), ks > 0);
+      }
     }
     wgmma_commit();
     wgmma_wait<0>();
-    // ---- online softmax. Columns 8 i + 2 tig (+1) of this warpgroup's 32 rows: tile rows 32 x + ...
+    // ---- online softmax. Columns 8 i + 2 tig (+1) of this warpgroup's rows: tile rows kSRows x + ...
     float mx_a = -INFINITY, mx_b = -INFINITY;
 #pragma unroll
-    for (unsigned i = 0; i < 4; ++i) {
+    for (unsigned i = 0; i < kSRows / 8; ++i) {
 #pragma unroll
       for (unsigned j = 0; j < 2; ++j) {
-        const unsigned r = 32 * x + 8 * i + 2 * tig + j;
+        const unsigned r = kSRows * x + 8 * i + 2 * tig + j;
         const bool valid = r < rows_here && rows[r] != nullptr;
         s[4 * i + j] = valid ? s[4 * i + j] * p.scale_log2 : -INFINITY;
         s[4 * i + 2 + j] = valid ? s[4 * i + 2 + j] * p.scale_log2 : -INFINITY;
@@ -270,14 +300,18 @@ __global__ void __launch_bounds__(kThreads, 1) attention_split_wgmma_kernel(Atte
       sm.part_max[x][hb] = mx_b;
     }
     __syncthreads();
-    const float mn_a = fmaxf(m_a, fmaxf(sm.part_max[0][ha], sm.part_max[1][ha]));
-    const float mn_b = fmaxf(m_b, fmaxf(sm.part_max[0][hb], sm.part_max[1][hb]));
+    float mn_a = m_a, mn_b = m_b;
+#pragma unroll
+    for (unsigned y = 0; y < kWg; ++y) {
+      mn_a = fmaxf(mn_a, sm.part_max[y][ha]);
+      mn_b = fmaxf(mn_b, sm.part_max[y][hb]);
+    }
     const float al_a = mn_a == -INFINITY ? 1.0f : exp2f(m_a - mn_a);
     const float al_b = mn_b == -INFINITY ? 1.0f : exp2f(m_b - mn_b);
     float sum_a = 0.0f, sum_b = 0.0f;
 #pragma unroll
-    for (unsigned i = 0; i < 4; ++i) {
-      const unsigned r = 32 * x + 8 * i + 2 * tig;
+    for (unsigned i = 0; i < kSRows / 8; ++i) {
+      const unsigned r = kSRows * x + 8 * i + 2 * tig;
       const float p0 = mn_a == -INFINITY ? 0.0f : exp2f(s[4 * i] - mn_a);
       const float p1 = mn_a == -INFINITY ? 0.0f : exp2f(s[4 * i + 1] - mn_a);
       const float p2 = mn_b == -INFINITY ? 0.0f : exp2f(s[4 * i + 2] - mn_b);
@@ -299,15 +333,20 @@ __global__ void __launch_bounds__(kThreads, 1) attention_split_wgmma_kernel(Atte
     // by a warp whose maxima all stayed (alpha = 1 exactly: the product would not change a bit).
     if (__any_sync(0xFFFFFFFFu, al_a != 1.0f || al_b != 1.0f)) scale_accumulator_rows(o, al_a, al_b);
     fence_shared_for_async();
-    __syncthreads();  // P and both warpgroups' sums are in; every read of part_max is done
-    l_a = l_a * al_a + sm.part_sum[0][ha] + sm.part_sum[1][ha];
-    l_b = l_b * al_b + sm.part_sum[0][hb] + sm.part_sum[1][hb];
+    __syncthreads();  // P and every warpgroup's sums are in; every read of part_max is done
+    l_a *= al_a;
+    l_b *= al_b;
+#pragma unroll
+    for (unsigned y = 0; y < kWg; ++y) {
+      l_a += sm.part_sum[y][ha];
+      l_b += sm.part_sum[y][hb];
+    }
     m_a = mn_a;
     m_b = mn_b;
-    // ---- O += P V for dims [256 x, 256 x + 256): V = the tile as rows = K, k-step s = tile rows 16 s .. 16 s + 15.
+    // ---- O += P V for dims [kPvDims x, kPvDims (x + 1)): V = the tile as rows = K, k-step s = tile rows 16 s ...
     wgmma_fence();
 #pragma unroll
-    for (unsigned nb = 0; nb < 4; ++nb) {
+    for (unsigned nb = 0; nb < kPvBlocks; ++nb) {
 #pragma unroll
       for (unsigned ks = 0; ks < kRows / 16; ++ks) {
         wgmma_m64n64k16_ss<1>(o[nb], desc_p.at(ks * 32),
@@ -329,10 +368,10 @@ __global__ void __launch_bounds__(kThreads, 1) attention_split_wgmma_kernel(Atte
   }
   // ---- partials: unnormalised O, running max (log2 units) and sum per head.
 #pragma unroll
-  for (unsigned nb = 0; nb < 4; ++nb) {
+  for (unsigned nb = 0; nb < kPvBlocks; ++nb) {
 #pragma unroll
     for (unsigned i = 0; i < 8; ++i) {
-      const unsigned dim = 256 * x + 64 * nb + 8 * i + 2 * tig;
+      const unsigned dim = kPvDims * x + 64 * nb + 8 * i + 2 * tig;
       *reinterpret_cast<float2*>(p.part_o + part_of(ha) * kHeadDim + dim) = make_float2(o[nb][4 * i], o[nb][4 * i + 1]);
       *reinterpret_cast<float2*>(p.part_o + part_of(hb) * kHeadDim + dim) =
           make_float2(o[nb][4 * i + 2], o[nb][4 * i + 3]);
@@ -358,9 +397,10 @@ cudaError_t prepare_attention_wgmma() {
 
 cudaError_t launch_attention_split_wgmma(const AttentionParams& p, cudaStream_t stream) {
   const dim3 grid(p.splits, p.count, p.heads / kAttnBlockHeads);
-  return launch_after_previous(p.storage == kRowBf16 ? attention_split_wgmma_kernel<true>
-                                                    : attention_split_wgmma_kernel<false>,
-                               grid, dim3(kThreads), kSmemBytes, stream, p);
+  if (p.storage == kRowBf16) {
+    return launch_after_previous(attention_split_wgmma_kernel<true>, grid, dim3(kBf16Threads), kSmemBytes, stream, p);
+  }
+  return launch_after_previous(attention_split_wgmma_kernel<false>, grid, dim3(kFp8Threads), kSmemBytes, stream, p);
 }
 
 }  // namespace kvcompact::cuda::dsv4::detail
