@@ -24,6 +24,7 @@
 #include "cuda/bulk_copy.cuh"
 #include "cuda/mbarrier.cuh"
 #include "cuda/wgmma.cuh"
+#include "fp8_grid_check.hpp"
 #include "indexer_rows16.cuh"
 #include "indexer_score_parts.cuh"
 #include "kernels_device.cuh"
@@ -161,37 +162,30 @@ __global__ void __launch_bounds__(kScoreThreads, 4) score_fp8_wgmma_kernel(Score
     const std::uint8_t* raw0 = sm.raw[buf] + r0 * kFp8RowBytes;
     const std::uint8_t* raw1 = raw0 + 8 * kFp8RowBytes;
     std::uint32_t a[8][4];
-    std::uint32_t words0[16], words1[16];
+    std::uint32_t failures0 = 0u, failures1 = 0u;  // the grid check of rows r0 and r0 + 8 (fp8_grid_check.hpp)
 #pragma unroll
     for (unsigned s = 0; s < 8; ++s) {
       const std::uint32_t c0 = *reinterpret_cast<const std::uint32_t*>(raw0 + 32 * j + 4 * s);
       const std::uint32_t c1 = *reinterpret_cast<const std::uint32_t*>(raw1 + 32 * j + 4 * s);
-      a[s][0] = words0[2 * s] = e4m3x2_half_of_word_to_half2_bits<false>(c0);
-      a[s][2] = words0[2 * s + 1] = e4m3x2_half_of_word_to_half2_bits<true>(c0);
-      a[s][1] = words1[2 * s] = e4m3x2_half_of_word_to_half2_bits<false>(c1);
-      a[s][3] = words1[2 * s + 1] = e4m3x2_half_of_word_to_half2_bits<true>(c1);
+      a[s][0] = e4m3x2_half_of_word_to_half2_bits<false>(c0);
+      a[s][2] = e4m3x2_half_of_word_to_half2_bits<true>(c0);
+      a[s][1] = e4m3x2_half_of_word_to_half2_bits<false>(c1);
+      a[s][3] = e4m3x2_half_of_word_to_half2_bits<true>(c1);
+      failures0 = fp8_grid_failures(failures0, c0);
+      failures1 = fp8_grid_failures(failures1, c1);
     }
-    // ---- the tensor-path check of the lane's row r = r0 + 8 (j % 2): both rows' parts over the lane's words, a
-    // reduce-scatter over the quad (the lane ^ 1 sends the row this lane keeps, the lane ^ 2 keeps the same one),
-    // then the finishing conditions once per lane instead of twice. Lanes j = 0 and 1 own rows r0 and r0 + 8.
+    // ---- the tensor-path check of the lane's row r = r0 + 8 (j % 2): the grid check's failure bits of both rows
+    // over the lane's codes, a reduce-scatter over the quad (the lane ^ 1 sends the row this lane keeps, the lane
+    // ^ 2 keeps the same one), then the scale's check once per lane. Lanes j = 0 and 1 own rows r0 and r0 + 8.
     const unsigned odd = j % 2, r = r0 + 8 * odd;
-    bool ok = q_ok;
-    int k = 0;
-    {
-      const RowCheckParts c0 = row_check_parts<F16Bits>(words0), c1 = row_check_parts<F16Bits>(words1);
-      // (Field by field: a select of whole structs goes through local memory.)
-      auto pick = [](bool second, const RowCheckParts& x0, const RowCheckParts& x1) {
-        return RowCheckParts{second ? x1.amax : x0.amax, second ? x1.smin : x0.smin,
-                             second ? x1.low_bits : x0.low_bits};
-      };
-      RowCheckParts mine = pick(odd, c0, c1);
-      mine.merge(pick(!odd, c0, c1).from_lane_xor(1));
-      mine.merge(mine.from_lane_xor(2));
-      // (A row past the tile's end reads stale codes and scale 1: checked like any row, never used.)
-      const std::uint32_t scale =
-          r < nrows ? *reinterpret_cast<const std::uint32_t*>((odd ? raw1 : raw0) + 128) : 0x3F800000u;
-      k = fp8_row_scale_check(row_check_finish<F16Bits>(mine, ok), scale, bounds, ok);
-    }
+    std::uint32_t failures = (odd ? failures1 : failures0) |
+                             __shfl_xor_sync(0xFFFFFFFFu, odd ? failures0 : failures1, 1);
+    failures |= __shfl_xor_sync(0xFFFFFFFFu, failures, 2);
+    bool ok = q_ok && (failures & kFp8GridFailMask) == 0u;
+    // (A row past the tile's end reads stale codes and scale 1: checked like any row, never used.)
+    const std::uint32_t scale =
+        r < nrows ? *reinterpret_cast<const std::uint32_t*>((odd ? raw1 : raw0) + 128) : 0x3F800000u;
+    const int k = fp8_row_scale_check(kFp8GridTopExponent, scale, bounds, ok);
     // ---- I = K Q^T: the warpgroup's 64 key rows x 64 head columns, k-step s = K positions 16 s .. 16 s + 15.
     float d[32];
     wgmma_fence();
