@@ -1,5 +1,6 @@
-// Device helpers of the indexer's 16-bit tensor-core paths (indexer_scores.cu): the two row formats, the
-// row check that makes their MMAs exact, the query codes as 16-bit pairs, and the bf16 MMA.
+// Device helpers of the indexer's 16-bit tensor-core paths (indexer_scores.cu, indexer_scores_wgmma.cu): the two
+// row formats, the row check that makes their MMAs exact (BF16 rows; FP8 rows take the equivalent fixed grid check
+// of fp8_grid_check.hpp on their codes), the query codes as 16-bit pairs, and the bf16 MMA.
 #pragma once
 
 #include <cuda_bf16.h>

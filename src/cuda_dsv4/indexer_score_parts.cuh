@@ -82,8 +82,9 @@ struct ScoreExponents {
   int wq_emin, wq_emax;  // over the heads with w_h 2^fq_h != 0: floor(log2 |w_h 2^fq_h|), min and max + 1
 };
 
-// The check of an FP8 key row for the f16 tensor-core path, after the 16-bit check of its widened codes (which gave
-// E = e and ok): returns the scale's exponent k and clears ok unless the scale and the exponents below allow it.
+// The check of an FP8 key row for the f16 tensor-core path, after the row's grid check (fp8_grid_check.hpp: every
+// code 0 or a multiple of 2 below 2^9, as for a largest code of exponent e = kFp8GridTopExponent = 8, which the
+// kernel passes as e): returns the scale's exponent k and clears ok unless the scale and the exponents below allow it.
 // The scale must be a positive normal power of two 2^k: the CPU's values e4m3 * 2^k are then exact (multiples of
 // 2^(e - 7 + k) below 2^(e + 1 + k)), its dot too (products multiples of 2^(fq + e - 7 + k), partial sums below
 // 2^(fq + e + 15 + k)), and the MMA gives I = q.k / (2^fq 2^k). The terms fl((w 2^fq) max(I, 0)) times 2^k (on
