@@ -1,7 +1,8 @@
 # Sourced by the A/B scripts (dsv4_ab.sh, prefill_ab.sh, encode_ab.sh, tq_decode_ab.sh, tq_step_ab.sh) from the
 # repository root: the build configuration
 # (configure.sh), $OUT (default ./out), the sides that scripts/gpu/dsv4_ab_prepare.sh exported into .ab (carried
-# with the run) and their concurrent builds.
+# with the run) and their concurrent builds. PREBUILT=1: the sides' binaries were built on the development machine
+# by scripts/gpu/ab_prebuild.sh and carried in .ab (the working tree's as .ab/new), so no side is built here.
 source scripts/gpu/configure.sh
 OUT="${OUT:-$PWD/out}"
 mkdir -p "$OUT"
@@ -20,6 +21,7 @@ ab_sides() {
     SIDES+=(base)  # (older .ab directories have only base and base_rev)
   fi
   declare -gA DIR=([new]=.)
+  [ "${PREBUILT:-0}" = 1 ] && DIR[new]=.ab/new
   local s
   for s in "${SIDES[@]}"; do [ "$s" = new ] || DIR[$s]=".ab/$s"; done
 }
@@ -30,6 +32,10 @@ ab_sides() {
 # carried dependencies (.deps) through a link. Exits when a build fails.
 ab_build() {
   local t0 s d targets further="${3:-$2}"
+  if [ "${PREBUILT:-0}" = 1 ]; then
+    ab_prebuilt "$@"
+    return
+  fi
   t0=$(date +%s)
   local -A pid=()
   for s in "${SIDES[@]}"; do
@@ -49,6 +55,26 @@ ab_build() {
   echo "built ${#SIDES[@]} sides in $(( $(date +%s) - t0 )) s: ${SIDES[*]}; $(tr '\n' ';' < .ab/sides 2>/dev/null || cat .ab/base_rev)"
 }
 
+# ab_prebuilt (ab_build's arguments): with PREBUILT=1, checks that every side has its targets' executables in
+# ${DIR[side]}/build-gpu (scripts/gpu/ab_prebuild.sh put them there) and exports the run-time library path of the
+# carried dependencies; exits when one is missing.
+ab_prebuilt() {
+  local s t targets further="${3:-$2}"
+  [ -d .deps/usr ] && export LD_LIBRARY_PATH="$PWD/.deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
+  for s in "${SIDES[@]}"; do
+    targets=$further
+    [ "$s" = base ] && targets=$2
+    [ "$s" = new ] && targets=$1
+    for t in $targets; do
+      if [ -z "$(find "${DIR[$s]}/build-gpu" -name "$t" -type f 2>/dev/null | head -1)" ]; then
+        echo "error: side $s has no prebuilt $t in ${DIR[$s]}/build-gpu: run scripts/gpu/ab_prebuild.sh first" >&2
+        exit 1
+      fi
+    done
+  done
+  echo "prebuilt sides: ${SIDES[*]}; $(tr '\n' ';' < .ab/sides 2>/dev/null || cat .ab/base_rev)"
+}
+
 # ab_check NAME TESTS_FILTER SANITIZE_FILTER LINES [TIMEOUT] [BINARY]: the CUDA tests matching TESTS_FILTER of
 # BINARY (default: the new side's TurboQuant test binary; log $OUT/NAME_tests.log; prints the results, failures
 # and the lines matching the regex LINES), then compute-sanitizer memcheck and racecheck on SANITIZE_FILTER
@@ -56,7 +82,7 @@ ab_build() {
 # past their timeout (124) mean a hang: the sanitizers would hang too, so they are skipped (and
 # ab_build_and_check stops the script) instead of spending the run's device time on their timeouts.
 ab_check() {
-  local name=$1 tests=$2 small=$3 lines=$4 bin=${6:-build-gpu/tests/cuda/kvcompact_cuda_tests} tool code
+  local name=$1 tests=$2 small=$3 lines=$4 bin=${6:-${DIR[new]:-.}/build-gpu/tests/cuda/kvcompact_cuda_tests} tool code
   timeout "${TEST_TIMEOUT:-${5:-300}}" "$bin" --gtest_filter="$tests" > "$OUT/${name}_tests.log" 2>&1
   CHECK_RC=$?
   echo "$name tests ($bin) exit code: $CHECK_RC"
