@@ -26,6 +26,15 @@ ab_sides() {
   for s in "${SIDES[@]}"; do [ "$s" = new ] || DIR[$s]=".ab/$s"; done
 }
 
+# ab_side_targets SIDE NEW BASE FURTHER: the targets side SIDE builds (ab_build's three lists).
+ab_side_targets() {
+  case "$1" in
+    new) echo "$2" ;;
+    base) echo "$3" ;;
+    *) echo "$4" ;;
+  esac
+}
+
 # ab_build "TARGETS OF NEW" "TARGETS OF BASE" ["TARGETS OF THE FURTHER SIDES", default those of base]: builds every
 # side in build-gpu of its tree, all at once (each build is dominated by a few long nvcc compilations, so one at a
 # time would leave most of the 16 cores idle); logs in $OUT/ab_build_<side>.log. Exported trees use this tree's
@@ -41,9 +50,7 @@ ab_build() {
   for s in "${SIDES[@]}"; do
     d=${DIR[$s]}
     [ "$d" != . ] && [ -d .deps ] && [ ! -e "$d/.deps" ] && ln -s "$PWD/.deps" "$d/.deps"
-    targets=$further
-    [ "$s" = base ] && targets=$2
-    [ "$s" = new ] && targets=$1
+    targets=$(ab_side_targets "$s" "$1" "$2" "$further")
     # shellcheck disable=SC2086  # (a list of targets)
     (cd "$d" && gpu_configure build-gpu "$OUT/ab_build_$s.log" && cmake --build build-gpu -j8 --target $targets \
         >> "$OUT/ab_build_$s.log" 2>&1) &
@@ -62,9 +69,7 @@ ab_prebuilt() {
   local s t targets further="${3:-$2}"
   [ -d .deps/usr ] && export LD_LIBRARY_PATH="$PWD/.deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
   for s in "${SIDES[@]}"; do
-    targets=$further
-    [ "$s" = base ] && targets=$2
-    [ "$s" = new ] && targets=$1
+    targets=$(ab_side_targets "$s" "$1" "$2" "$further")
     for t in $targets; do
       if [ -z "$(find "${DIR[$s]}/build-gpu" -name "$t" -type f 2>/dev/null | head -1)" ]; then
         echo "error: side $s has no prebuilt $t in ${DIR[$s]}/build-gpu: run scripts/gpu/ab_prebuild.sh first" >&2
