@@ -3,8 +3,8 @@
 // Split kernel: a block takes one token, up to 64 heads and one split of the row list; rows are decoded (bf16 or
 // FP8 layout) to fp16 in shared memory in tiles of 64 (the next tile's raw bytes arrive by cp.async while the
 // current one is multiplied), QK^T and PV run on mma.sync m16n8k16 (fp16 inputs,
-// fp32 accumulation) with an online softmax in the log2 domain. Merge kernel: combines the splits with the
-// sink, normalises and applies the inverse RoPE to the output tail.
+// fp32 accumulation) with an online softmax in the log2 domain. The merge kernel (attention_merge.cu) combines the
+// splits with the sink, normalises and applies the inverse RoPE to the output tail.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -304,105 +304,6 @@ __global__ void __launch_bounds__(kAttnThreads, 1) attention_split_kernel(Attent
   }
 }
 
-// One block per (head, token): 1 to 4 groups of 128 threads (merge_groups below), each thread 4 dims. The splits'
-// maxima and sums are read in parallel into shared memory; warp 0 forms the weights; group g then sums its dims
-// over splits g, g + groups, ... with 8 loads in flight, and group 0 adds the other groups' sums. (At batch 1 the
-// grid is only the 64 heads, so the merge is a chain of dependent memory latencies: 128 splits took one thread
-// 32 round trips with a single group.)
-constexpr unsigned kMergeMaxGroups = 4;
-unsigned merge_groups(std::uint32_t splits) { return splits >= 64 ? 4u : splits >= 16 ? 2u : 1u; }
-__global__ void __launch_bounds__(kMergeMaxGroups * 128) attention_merge_kernel(AttentionParams p) {
-  wait_for_previous_grid();
-  extern __shared__ float wts[];  // [2 * splits]: maxima, then weights; sums
-  __shared__ float s_denom;
-  __shared__ float4 partial[kMergeMaxGroups - 1][128];
-  const unsigned groups = blockDim.x / 128;
-  const std::uint32_t h = blockIdx.x, token = blockIdx.y;
-  const unsigned tid = threadIdx.x;
-  const TokenRowsDev d = p.tokens[token];
-  const std::uint32_t n = window_count(d.position) + compressed_count(d.position, p.ratio, p.index_topk);
-  const std::uint32_t used = min(p.splits, (n + p.split_rows - 1) / p.split_rows);
-  const std::uint64_t base = (static_cast<std::uint64_t>(token) * p.heads + h) * p.splits;
-  const float sink2 = p.sink != nullptr ? p.sink[h] * 1.4426950408889634f : -INFINITY;
-  float* ls = wts + p.splits;
-  for (std::uint32_t s = tid; s < used; s += blockDim.x) {
-    const float2 ml = *reinterpret_cast<const float2*>(p.part_ml + (base + s) * 2);
-    wts[s] = ml.x;
-    ls[s] = ml.y;
-  }
-  __syncthreads();
-  if (tid < 32) {
-    float mx = sink2;
-    for (std::uint32_t s = tid; s < used; s += 32) {
-      if (ls[s] > 0.0f) mx = fmaxf(mx, wts[s]);
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, o));
-    float den = 0.0f;
-    for (std::uint32_t s = tid; s < used; s += 32) {
-      const float w = ls[s] > 0.0f ? exp2f(wts[s] - mx) : 0.0f;
-      wts[s] = w;
-      den += ls[s] * w;
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) den += __shfl_xor_sync(0xFFFFFFFFu, den, o);
-    if (tid == 0) s_denom = den + ((p.sink != nullptr && mx != -INFINITY) ? exp2f(sink2 - mx) : 0.0f);
-  }
-  __syncthreads();
-  const float denom = s_denom;
-  const unsigned group = tid / 128, d0 = (tid % 128) * 4;
-  float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-  auto add = [&](float w, const float4& v) {
-    if (w != 0.0f) {  // (a split without rows has w = 0)
-      acc.x += w * v.x;
-      acc.y += w * v.y;
-      acc.z += w * v.z;
-      acc.w += w * v.w;
-    }
-  };
-  constexpr unsigned kInFlight = 8;
-  std::uint32_t s = group;
-  for (; s + (kInFlight - 1) * groups < used; s += kInFlight * groups) {
-    float4 v[kInFlight];
-#pragma unroll
-    for (unsigned k = 0; k < kInFlight; ++k) {
-      v[k] = *reinterpret_cast<const float4*>(p.part_o + (base + s + k * groups) * kHeadDim + d0);
-    }
-#pragma unroll
-    for (unsigned k = 0; k < kInFlight; ++k) add(wts[s + k * groups], v[k]);
-  }
-  for (; s < used; s += groups) add(wts[s], *reinterpret_cast<const float4*>(p.part_o + (base + s) * kHeadDim + d0));
-  if (group != 0) partial[group - 1][tid % 128] = acc;
-  __syncthreads();
-  if (group != 0) return;
-  for (unsigned g = 0; g + 1 < groups; ++g) {
-    const float4 v = partial[g][tid];
-    acc.x += v.x;
-    acc.y += v.y;
-    acc.z += v.z;
-    acc.w += v.w;
-  }
-  const float inv = denom > 0.0f ? 1.0f / denom : 0.0f;
-  float r[4] = {acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv};
-  if (p.inverse_rope != 0 && d0 >= kHeadDim - 64) {
-    // rope.cpp: angle float(float(t) * inv_freq[i]); cos / sin in double rounded to float; inverse rotation.
-#pragma unroll
-    for (int k = 0; k < 2; ++k) {
-      const unsigned pair = (d0 - (kHeadDim - 64)) / 2 + k;
-      const float ang = __fmul_rn(static_cast<float>(d.position), p.inv_freq[pair]);
-      double sd, cd;
-      sincos(static_cast<double>(ang), &sd, &cd);
-      const float c = static_cast<float>(cd);
-      const float sn = -static_cast<float>(sd);
-      const float x0 = r[2 * k], x1 = r[2 * k + 1];
-      r[2 * k] = x0 * c - x1 * sn;
-      r[2 * k + 1] = x0 * sn + x1 * c;
-    }
-  }
-  float* out = p.out + (static_cast<std::uint64_t>(token) * p.heads + h) * kHeadDim + d0;
-  *reinterpret_cast<float4*>(out) = make_float4(r[0], r[1], r[2], r[3]);
-}
-
 }  // namespace
 
 cudaError_t prepare_attention() {
@@ -419,11 +320,7 @@ cudaError_t launch_attention(const AttentionParams& p, cudaStream_t stream) {
       p.block_heads == kAttnBlockHeads && p.heads % kAttnBlockHeads == 0
           ? launch_attention_split_wgmma(p, stream)
           : launch_after_previous(attention_split_kernel, grid, dim3(kAttnThreads), sizeof(AttnSmem), stream, p);
-  if (e != cudaSuccess) return e;
-  // (More groups only pay when there are many splits: a prefill chunk's 4096 x 64 merges of one or two splits
-  // got 1.5x slower with 4 groups each.)
-  return launch_after_previous(attention_merge_kernel, dim3(p.heads, p.count), dim3(merge_groups(p.splits) * 128),
-                               2 * p.splits * sizeof(float), stream, p);
+  return e != cudaSuccess ? e : launch_attention_merge(p, stream);
 }
 
 }  // namespace kvcompact::cuda::dsv4::detail

@@ -121,6 +121,8 @@ cudaError_t launch_attention(const AttentionParams& p, cudaStream_t stream);
 // The split kernel on warpgroup MMAs for 64-head blocks (attention_wgmma.cu).
 cudaError_t prepare_attention_wgmma();
 cudaError_t launch_attention_split_wgmma(const AttentionParams& p, cudaStream_t stream);
+// The merge of the splits (attention_merge.cu), after either split kernel.
+cudaError_t launch_attention_merge(const AttentionParams& p, cudaStream_t stream);
 
 // ---- FP8 row decode self-test (tests/cuda_dsv4/fp8_decode_test.cpp) -----------------------------------
 // The attention kernel's FP8 decode (e4m3x8_scaled_to_half8) against the scalar formula it replaced, for all

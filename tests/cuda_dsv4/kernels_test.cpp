@@ -687,9 +687,9 @@ TEST(CudaDsv4KernelsSmall, AttentionTiny) {
   run_attention_case(c);
 }
 
-// Long row lists: a ratio-128 token at 1M context (8320 rows in 130 splits: the merge's four thread groups, each
-// walking every fourth split), then two tokens (65 splits, of which the token at 300000 uses 20), under the
-// sanitizers too.
+// Long row lists: a ratio-128 token at 1M context (8320 rows in 130 splits: the merge's 16 split warps per
+// quarter of the dims, two of them taking a second round of loads), then two tokens (65 splits, of which the token
+// at 300000 uses 20: 8 split warps per half of the dims, one with a second round), under the sanitizers too.
 TEST(CudaDsv4KernelsSmall, AttentionManySplits) {
   SKIP_WITHOUT_GPU();
   // The cases must reach that path: at least 64 splits of 64 heads x 512 floats per token (64-head blocks, so the
