@@ -257,13 +257,6 @@ __global__ void __launch_bounds__(WgShape<kBf16Rows>::threads, 1) attention_spli
     fence_shared_for_async();
     __syncthreads();  // the tile is fp16 (and the query); the next tile's row pointers are visible; the previous
                       // tile's P V is done (waited below), so its buffer and P are free
-    if (has_next) {
-      if constexpr (kBf16Rows) {
-        stage_bf16_rows(sm.k[kb ^ 1u], sm.rows[cur ^ 1u], p.q);
-      } else {
-        load_fp8_row_regs<false>(fp8, sm.rows[cur ^ 1u]);
-      }
-    }
 
     // ---- S = Q K^T for rows [kSRows x, kSRows (x + 1)): k-step s = columns 16 s .. 16 s + 15.
     float s[kSRows / 2];
@@ -278,6 +271,16 @@ __global__ void __launch_bounds__(WgShape<kBf16Rows>::threads, 1) attention_spli
       }
     }
     wgmma_commit();
+    // The next tile's loads go out while S runs, not before it: issued first, their register operands held the
+    // S instructions back behind the load queue (round 22: the most-sampled stall of the FP8 kernel was the
+    // instruction after the nine row loads, waiting for them to leave the queue).
+    if (has_next) {
+      if constexpr (kBf16Rows) {
+        stage_bf16_rows(sm.k[kb ^ 1u], sm.rows[cur ^ 1u], p.q);
+      } else {
+        load_fp8_row_regs<false>(fp8, sm.rows[cur ^ 1u]);
+      }
+    }
     wgmma_wait<0>();
     // ---- online softmax. Columns 8 i + 2 tig (+1) of this warpgroup's rows: tile rows kSRows x + ...
     float mx_a = -INFINITY, mx_b = -INFINITY;
