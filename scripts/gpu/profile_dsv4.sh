@@ -7,7 +7,9 @@
 # Env: KERNELS (kernel-name regexes to profile in depth, default "score_kernel attention_split_kernel"; "" for
 #        none), BREAKDOWN=1 (first the time per kernel of one step; STEP_KERNELS = launches in two steps, default
 #        298 = 2 x 149 for V4-Flash: 21 ratio-4 layers x 5 kernels + 22 others x 2), WARP_SAMPLING (ncu --warp-sampling-interval; 0 = every 32 cycles, for
-#        short kernels), TAG (suffix of the output names), BUILD, PROFILE_TIMEOUT (seconds per ncu run),
+#        short kernels), TAG (suffix of the output names), BUILD, BIN (a prebuilt benchmark executable: no build;
+#        e.g. .ab/new/build-gpu/src/cuda/bench/kvcompact_cuda_dsv4_decode_bench from ab_prebuild.sh, carrying .ab
+#        and .deps), PROFILE_TIMEOUT (seconds per ncu run),
 #        LAUNCH_SKIP (launches of the kernel skipped before the profiled one, default 2: for the attention
 #        kernels of V4-Flash that is layer 2, a ratio-4 layer; 3 is layer 3, a ratio-128 one).
 # Results: $OUT/profile<TAG>.tgz (build log, breakdown CSV, ncu reports as text, SASS stall samples; read the
@@ -18,14 +20,22 @@ OUT="${OUT:-$PWD/out}"
 mkdir -p "$OUT"
 CASE=(bf16 8 1048576)
 [ $# -gt 0 ] && CASE=("$@")
-BUILD="${BUILD:-build-gpu}"
 source scripts/gpu/configure.sh
-t0=$(date +%s)
-gpu_configure "$BUILD" "$OUT/profile_build.log" || { tail -30 "$OUT/profile_build.log"; exit 1; }
-cmake --build "$BUILD" -j16 --target kvcompact_cuda_dsv4_decode_bench >> "$OUT/profile_build.log" 2>&1 \
-  || { grep -E "error" -A3 "$OUT/profile_build.log" | head -40; exit 1; }
-echo "build: $(( $(date +%s) - t0 )) s"
-BIN="$BUILD/src/cuda/bench/kvcompact_cuda_dsv4_decode_bench"
+if [ -n "${BIN:-}" ]; then
+  # A benchmark built elsewhere (e.g. by scripts/gpu/ab_prebuild.sh on the development machine, carried in .ab):
+  # nothing to build here; its shared libraries come from the carried .deps.
+  [ -x "$BIN" ] || { echo "error: BIN=$BIN is not an executable" >&2; exit 2; }
+  [ -d .deps/usr ] && export LD_LIBRARY_PATH="$PWD/.deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
+  echo "prebuilt benchmark: $BIN" > "$OUT/profile_build.log"
+else
+  BUILD="${BUILD:-build-gpu}"
+  t0=$(date +%s)
+  gpu_configure "$BUILD" "$OUT/profile_build.log" || { tail -30 "$OUT/profile_build.log"; exit 1; }
+  cmake --build "$BUILD" -j16 --target kvcompact_cuda_dsv4_decode_bench >> "$OUT/profile_build.log" 2>&1 \
+    || { grep -E "error" -A3 "$OUT/profile_build.log" | head -40; exit 1; }
+  echo "build: $(( $(date +%s) - t0 )) s"
+  BIN="$BUILD/src/cuda/bench/kvcompact_cuda_dsv4_decode_bench"
+fi
 "$BIN" --only "${CASE[@]}" 2>&1 | tail -4
 if [ "${BREAKDOWN:-0}" = 1 ]; then
   # Time per kernel of one decode step: the first two steps the benchmark enqueues (its warm-up), each kernel
