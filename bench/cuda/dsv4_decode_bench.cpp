@@ -5,7 +5,8 @@
 // (BF16 indexer rows) and FP8 (FP8 and MXFP4 indexer rows) storage. Every layer and sequence has its own
 // buffers (nothing is shared through L2). Reports microseconds per step (CUDA graph replay and direct
 // launches), the bytes the step must read, the HBM floor from the device-to-device copy bandwidth measured
-// in the same run, and a 4096-token prefill chunk's throughput. CSV with --csv FILE; --quick: fewer cases.
+// in the same run, and a 4096-token prefill chunk's throughput. CSV with --csv FILE; --quick: fewer cases;
+// --only STORAGE BATCH CONTEXT: one decode case; --no-prefill / --prefill-only: without / only the prefill chunks.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -283,7 +284,7 @@ double graph_us(Step& S, cudaStream_t s, int reps) {
 
 int main(int argc, char** argv) {
   std::string csv_path;
-  bool quick = false, no_prefill = false;
+  bool quick = false, no_prefill = false, prefill_only = false;
   std::string only_storage;
   std::uint64_t only_ctx = 0;
   std::uint32_t only_batch = 0;
@@ -298,6 +299,8 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[i], "--csv") == 0 && i + 1 < argc) csv_path = argv[++i];
     if (std::strcmp(argv[i], "--quick") == 0) quick = true;
     if (std::strcmp(argv[i], "--no-prefill") == 0) no_prefill = true;
+    // --prefill-only: the prefill chunks alone (for an A/B of the prefill path).
+    if (std::strcmp(argv[i], "--prefill-only") == 0) prefill_only = true;
   }
   (void)bench::require_device();
   const kd::ModelConfig model = take(kd::preset_config("deepseek-v4-flash"), "preset");
@@ -327,6 +330,7 @@ int main(int argc, char** argv) {
     contexts = {only_ctx};
     batches = {only_batch};
   }
+  if (prefill_only) batches.clear();
   const int reps = quick ? 5 : 10;
   std::printf("\ndecode step, all %zu layers (us = direct launches; graph = one CUDA graph; floor = bytes / copy bw)\n",
               model.compress_ratios.size());
