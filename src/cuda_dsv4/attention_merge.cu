@@ -31,7 +31,7 @@ namespace kvcompact::cuda::dsv4::detail {
 namespace {
 
 constexpr unsigned kMergeMaxWarps = 16;
-constexpr unsigned kInFlight = 8;  // partial rows per warp and round (independent loads); one split warp per 8 splits
+constexpr unsigned kSplitsPerWarp = 8;  // one split warp per 8 splits
 
 __device__ __forceinline__ void add_weighted(float4& acc, float w, const float4& v) {
   if (w != 0.0f) {  // (a split without rows has w = 0 and unwritten partial rows: 0 times a stale NaN is NaN)
@@ -42,8 +42,12 @@ __device__ __forceinline__ void add_weighted(float4& acc, float w, const float4&
   }
 }
 
-__global__ void __launch_bounds__(kMergeMaxWarps * 32, 2) attention_merge_kernel(AttentionParams p,
-                                                                               unsigned split_warps) {
+// kInFlight: partial rows per warp and round (independent loads): kSplitsPerWarp, or 2 for plans of at most two
+// splits (a prefill chunk's thousands of tokens), whose instance is held to 40 registers (the previous merge's
+// count: 12 blocks of 4 warps per multiprocessor); the other to 64 (two 16-warp blocks).
+template <unsigned kInFlight>
+__global__ void __launch_bounds__(kMergeMaxWarps * 32, kInFlight <= 2 ? 3 : 2)
+    attention_merge_kernel(AttentionParams p, unsigned split_warps) {
   wait_for_previous_grid();
   __shared__ float4 handed[kMergeMaxWarps][32];  // warp (dw, sw > 0)'s sum, at [warp][lane]
   const unsigned dim_warps = 4u / gridDim.z, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -143,9 +147,10 @@ cudaError_t launch_attention_merge(const AttentionParams& p, cudaStream_t stream
   const unsigned parts = pairs * 2 <= sms ? 4u : pairs <= sms ? 2u : 1u;
   const unsigned dim_warps = 4u / parts;
   const unsigned split_warps =
-      std::min<unsigned>(kMergeMaxWarps / dim_warps, std::max<unsigned>(1u, (p.splits + kInFlight - 1) / kInFlight));
-  return launch_after_previous(attention_merge_kernel, dim3(p.heads, p.count, parts),
-                               dim3(32 * dim_warps * split_warps), 0, stream, p, split_warps);
+      std::min<unsigned>(kMergeMaxWarps / dim_warps, std::max<unsigned>(1u, (p.splits + kSplitsPerWarp - 1) / kSplitsPerWarp));
+  const dim3 grid(p.heads, p.count, parts), block(32 * dim_warps * split_warps);
+  if (p.splits <= 2) return launch_after_previous(attention_merge_kernel<2>, grid, block, 0, stream, p, split_warps);
+  return launch_after_previous(attention_merge_kernel<kSplitsPerWarp>, grid, block, 0, stream, p, split_warps);
 }
 
 }  // namespace kvcompact::cuda::dsv4::detail
