@@ -312,15 +312,20 @@ cudaError_t prepare_attention() {
   return e != cudaSuccess ? e : prepare_attention_wgmma();
 }
 
-cudaError_t launch_attention(const AttentionParams& p, cudaStream_t stream) {
-  if (p.count == 0) return cudaSuccess;
+cudaError_t launch_attention(const AttentionParams& params, cudaStream_t stream) {
+  if (params.count == 0) return cudaSuccess;
+  AttentionParams p = params;
   const dim3 grid(p.splits, p.count, (p.heads + p.block_heads - 1) / p.block_heads);
-  // Full 64-head blocks take the warpgroup-MMA kernel (attention_wgmma.cu).
+  // Full 64-head blocks take the warpgroup-MMA kernel (attention_wgmma.cu). With one split per token (a prefill
+  // chunk's thousands of tokens) it writes the output itself: the merge would only read the partials back (as
+  // many bytes again as the output, per layer) to normalise them.
+  const bool wgmma = p.block_heads == kAttnBlockHeads && p.heads % kAttnBlockHeads == 0;
+  p.direct_output = wgmma && p.splits == 1 ? 1u : 0u;
   const cudaError_t e =
-      p.block_heads == kAttnBlockHeads && p.heads % kAttnBlockHeads == 0
-          ? launch_attention_split_wgmma(p, stream)
-          : launch_after_previous(attention_split_kernel, grid, dim3(kAttnThreads), sizeof(AttnSmem), stream, p);
-  return e != cudaSuccess ? e : launch_attention_merge(p, stream);
+      wgmma ? launch_attention_split_wgmma(p, stream)
+            : launch_after_previous(attention_split_kernel, grid, dim3(kAttnThreads), sizeof(AttnSmem), stream, p);
+  if (e != cudaSuccess || p.direct_output != 0) return e;
+  return launch_attention_merge(p, stream);
 }
 
 }  // namespace kvcompact::cuda::dsv4::detail

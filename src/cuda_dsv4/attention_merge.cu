@@ -21,6 +21,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "attention_rows.cuh"
 #include "kernels_device.cuh"
 #include "kernels_params.hpp"
 #include "multiprocessors.hpp"
@@ -63,7 +64,7 @@ __global__ void __launch_bounds__(kMergeMaxWarps * 32, kInFlight <= 2 ? 3 : 2)
 
   // Rounds of up to kInFlight of this warp's splits (sw + split_warps k): the loads first, then their weights and
   // sums. Round 0's loads are in flight while the statistics (2.) are computed.
-  const float sink2 = p.sink != nullptr ? p.sink[h] * 1.4426950408889634f : -INFINITY;
+  const float sink2 = sink_log2(p, h);
   float mx = sink2, den = 0.0f;
   float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   for (std::uint32_t s0 = sw; s0 < used || s0 == sw; s0 += split_warps * kInFlight) {
@@ -117,19 +118,9 @@ __global__ void __launch_bounds__(kMergeMaxWarps * 32, kInFlight <= 2 ? 3 : 2)
   const float inv = den > 0.0f ? 1.0f / den : 0.0f;
   float r[4] = {acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv};
   if (p.inverse_rope != 0 && d0 >= kHeadDim - 64) {
-    // rope.cpp: angle float(float(t) * inv_freq[i]); cos / sin in double rounded to float; inverse rotation.
-#pragma unroll
-    for (int k = 0; k < 2; ++k) {
-      const unsigned pair = (d0 - (kHeadDim - 64)) / 2 + k;
-      const float ang = __fmul_rn(static_cast<float>(d.position), p.inv_freq[pair]);
-      double sd, cd;
-      sincos(static_cast<double>(ang), &sd, &cd);
-      const float c = static_cast<float>(cd);
-      const float sn = -static_cast<float>(sd);
-      const float x0 = r[2 * k], x1 = r[2 * k + 1];
-      r[2 * k] = x0 * c - x1 * sn;
-      r[2 * k + 1] = x0 * sn + x1 * c;
-    }
+    const unsigned pair = (d0 - (kHeadDim - 64)) / 2;
+    inverse_rope_rotate(inverse_rope_cos_sin(p, d.position, pair), r[0], r[1]);
+    inverse_rope_rotate(inverse_rope_cos_sin(p, d.position, pair + 1), r[2], r[3]);
   }
   float* out = p.out + (static_cast<std::uint64_t>(token) * p.heads + h) * kHeadDim + d0;
   *reinterpret_cast<float4*>(out) = make_float4(r[0], r[1], r[2], r[3]);

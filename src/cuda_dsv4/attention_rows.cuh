@@ -51,13 +51,60 @@ __device__ __forceinline__ std::uint64_t partial_index(const AttentionParams& p,
   return (static_cast<std::uint64_t>(token) * p.heads + h0 + h) * p.splits + split;
 }
 
-// A split without rows: maximum -inf and sum 0 for heads [h0, h0 + heads), one thread per head.
+// A split without rows: maximum -inf and sum 0 for heads [h0, h0 + heads), one thread per head; with
+// direct_output (the split is the token's only one), the heads' output rows are zero, as the merge would write.
 __device__ __forceinline__ void write_empty_split(const AttentionParams& p, std::uint32_t token, std::uint32_t h0,
                                                   std::uint32_t heads, std::uint32_t split) {
+  if (p.direct_output != 0) {
+    float4* out = reinterpret_cast<float4*>(p.out + (static_cast<std::uint64_t>(token) * p.heads + h0) * kHeadDim);
+    for (unsigned i = threadIdx.x; i < heads * kHeadDim / 4; i += blockDim.x) out[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    return;
+  }
   if (threadIdx.x < heads) {
     p.part_ml[partial_index(p, token, h0, threadIdx.x, split) * 2] = -INFINITY;
     p.part_ml[partial_index(p, token, h0, threadIdx.x, split) * 2 + 1] = 0.0f;
   }
+}
+
+// ---- the output of a (token, head): the merge kernel's arithmetic, shared with the split kernel's direct output.
+// The sink in log2 units (-inf without one).
+__device__ __forceinline__ float sink_log2(const AttentionParams& p, std::uint32_t h) {
+  return p.sink != nullptr ? p.sink[h] * 1.4426950408889634f : -INFINITY;
+}
+
+// The inverse RoPE of the output's last 64 dims (rope.cpp: angle float(float(t) * inv_freq[i]); cos / sin in
+// double rounded to float; the inverse rotation): the cosine and the negated sine of pair i (dims 448 + 2 i, + 1),
+// then the rotation of a pair.
+__device__ __forceinline__ float2 inverse_rope_cos_sin(const AttentionParams& p, std::int64_t position, unsigned pair) {
+  const float ang = __fmul_rn(static_cast<float>(position), p.inv_freq[pair]);
+  double sd, cd;
+  sincos(static_cast<double>(ang), &sd, &cd);
+  return make_float2(static_cast<float>(cd), -static_cast<float>(sd));
+}
+__device__ __forceinline__ void inverse_rope_rotate(float2 cs, float& x0, float& x1) {
+  const float a = x0, b = x1;
+  x0 = a * cs.x - b * cs.y;
+  x1 = a * cs.y + b * cs.x;
+}
+
+// A head whose row list is one split (direct_output): its unnormalised O times `weight` times `inv` is the
+// output, as the merge computes them for one split: M = max(sink, m if the split has rows), denominator
+// l 2^(m - M) + 2^(sink - M).
+struct SingleSplitScale {
+  float weight, inv;
+  // (A head without rows has weight 0 and outputs 0, whatever O holds: 0 times a stale inf would be NaN.)
+  __device__ __forceinline__ float apply(float o) const { return weight != 0.0f ? __fmul_rn(weight, o) * inv : 0.0f; }
+};
+__device__ __forceinline__ SingleSplitScale single_split_scale(const AttentionParams& p, std::uint32_t h, float m,
+                                                               float l) {
+  const float sink2 = sink_log2(p, h);
+  float mx = sink2, den = 0.0f;
+  if (l > 0.0f) {
+    mx = fmaxf(mx, m);
+    den = l * exp2f(m - mx);
+  }
+  if (p.sink != nullptr && mx != -INFINITY) den += exp2f(sink2 - mx);
+  return SingleSplitScale{l > 0.0f ? exp2f(m - mx) : 0.0f, den > 0.0f ? 1.0f / den : 0.0f};
 }
 
 __device__ __forceinline__ std::uint32_t bf16x2_to_half2(std::uint32_t v) {

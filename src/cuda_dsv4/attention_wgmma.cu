@@ -369,7 +369,38 @@ __global__ void __launch_bounds__(WgShape<kBf16Rows>::threads, 1) attention_spli
     // (The next iteration's barrier orders these reads of P and the tile before they are rewritten; the partial
     // maxima / sums are rewritten only after it.)
   }
-  // ---- partials: unnormalised O, running max (log2 units) and sum per head.
+  // ---- the token's output (direct_output: this was its only split) or the partials: unnormalised O, running max
+  // (log2 units) and sum per head.
+  if (p.direct_output != 0) {
+    // The 32 pairs' cosines and sines once per block, in the (now unused) partial maxima.
+    float2* rope_cs = reinterpret_cast<float2*>(&sm.part_max[0][0]);
+    static_assert(sizeof(sm.part_max) >= 32 * sizeof(float2), "the rope table fits");
+    if (p.inverse_rope != 0) {
+      __syncthreads();  // every warpgroup's last reads of the partial maxima are done
+      if (tid < 32) rope_cs[tid] = inverse_rope_cos_sin(p, d.position, tid);
+      __syncthreads();
+    }
+    const SingleSplitScale sa = single_split_scale(p, h0 + ha, m_a, l_a), sb = single_split_scale(p, h0 + hb, m_b, l_b);
+    float* out_a = p.out + (static_cast<std::uint64_t>(token) * p.heads + h0 + ha) * kHeadDim;
+    float* out_b = p.out + (static_cast<std::uint64_t>(token) * p.heads + h0 + hb) * kHeadDim;
+#pragma unroll
+    for (unsigned nb = 0; nb < kPvBlocks; ++nb) {
+#pragma unroll
+      for (unsigned i = 0; i < 8; ++i) {
+        const unsigned dim = kPvDims * x + 64 * nb + 8 * i + 2 * tig;
+        float a0 = sa.apply(o[nb][4 * i]), a1 = sa.apply(o[nb][4 * i + 1]);
+        float b0 = sb.apply(o[nb][4 * i + 2]), b1 = sb.apply(o[nb][4 * i + 3]);
+        if (p.inverse_rope != 0 && dim >= kHeadDim - 64) {
+          const float2 cs = rope_cs[(dim - (kHeadDim - 64)) / 2];
+          inverse_rope_rotate(cs, a0, a1);
+          inverse_rope_rotate(cs, b0, b1);
+        }
+        *reinterpret_cast<float2*>(out_a + dim) = make_float2(a0, a1);
+        *reinterpret_cast<float2*>(out_b + dim) = make_float2(b0, b1);
+      }
+    }
+    return;
+  }
 #pragma unroll
   for (unsigned nb = 0; nb < kPvBlocks; ++nb) {
 #pragma unroll

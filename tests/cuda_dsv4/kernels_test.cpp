@@ -709,6 +709,31 @@ TEST(CudaDsv4KernelsSmall, AttentionManySplits) {
   run_attention_case(c);
 }
 
+// A prefill chunk's plan: one split per token in 64-head blocks, so the warpgroup kernel writes the output itself
+// (normalised, sink, inverse RoPE; no merge). Both row formats, window-only and ratio-4 lists, with and without
+// the sink, under the sanitizers too.
+TEST(CudaDsv4KernelsSmall, AttentionDirectOutput) {
+  SKIP_WITHOUT_GPU();
+  // 140 tokens: more 16- or 32-head blocks than multiprocessors, so 64-head blocks; and one split each.
+  const std::uint64_t one_split = std::uint64_t{140} * 64 * 512 * 4;
+  EXPECT_LT(attention_workspace_bytes(140, 64, 192), 2 * one_split);
+  for (auto st : {kd::RowStorage::Bf16, kd::RowStorage::Fp8}) {
+    AttnCase c;
+    c.storage = st;
+    c.prefill = true;
+    c.check_every = 7;
+    for (std::int64_t t = 1000; t < 1140; ++t) c.positions.push_back(t);
+    c.name = "direct-window";
+    c.ratio = 0;
+    run_attention_case(c);
+    c.name = "direct-csa-no-sink";
+    c.ratio = 4;
+    c.topk = 64;
+    c.with_sink = false;
+    run_attention_case(c);
+  }
+}
+
 // The attention's split plan, seen through the workspace it sizes: per token, splits x 64 heads x (512 floats, then
 // max and sum), each array 256-byte aligned. The counts are those of 132 multiprocessors (the H200, and the
 // fallback without a device), so CI checks them too.
