@@ -51,11 +51,12 @@ __device__ __forceinline__ std::uint64_t partial_index(const AttentionParams& p,
   return (static_cast<std::uint64_t>(token) * p.heads + h0 + h) * p.splits + split;
 }
 
-// A split without rows: maximum -inf and sum 0 for heads [h0, h0 + heads), one thread per head; with
-// direct_output (the split is the token's only one), the heads' output rows are zero, as the merge would write.
+// A split without rows: maximum -inf and sum 0 for heads [h0, h0 + heads), one thread per head; with kDirect
+// (direct_output: the split is the token's only one), the heads' output rows are zero, as the merge would write.
+template <bool kDirect = false>
 __device__ __forceinline__ void write_empty_split(const AttentionParams& p, std::uint32_t token, std::uint32_t h0,
                                                   std::uint32_t heads, std::uint32_t split) {
-  if (p.direct_output != 0) {
+  if constexpr (kDirect) {
     float4* out = reinterpret_cast<float4*>(p.out + (static_cast<std::uint64_t>(token) * p.heads + h0) * kHeadDim);
     for (unsigned i = threadIdx.x; i < heads * kHeadDim / 4; i += blockDim.x) out[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     return;

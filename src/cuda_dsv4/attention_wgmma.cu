@@ -173,7 +173,10 @@ __device__ __forceinline__ float quad_sum(float v) {
 
 // Thread t: warpgroup x = t / 128, warp w = (t / 32) % 4, lane l (g = l / 4, tig = l % 4). Its heads (the
 // accumulators' rows) are 16 w + g and 16 w + g + 8 in every warpgroup, so all hold the same softmax state.
-template <bool kBf16Rows>
+// kDirect: the launch's p.direct_output (one split per token): the block writes the token's output itself. A
+// template parameter, so that the decode instances carry none of that epilogue's code (with it behind a runtime
+// branch, the decode step's attention ran 1-3 % slower).
+template <bool kBf16Rows, bool kDirect>
 __global__ void __launch_bounds__(WgShape<kBf16Rows>::threads, 1) attention_split_wgmma_kernel(AttentionParams p) {
   wait_for_previous_grid();
   using Shape = WgShape<kBf16Rows>;
@@ -187,7 +190,7 @@ __global__ void __launch_bounds__(WgShape<kBf16Rows>::threads, 1) attention_spli
   const unsigned ha = 16 * w + g, hb = ha + 8;  // this thread's two heads (block-relative)
   const TokenRowsDev d = p.tokens[token];
   const SplitRows range = split_rows(p, d, split);
-  if (range.empty()) return write_empty_split(p, token, h0, kAttnBlockHeads, split);
+  if (range.empty()) return write_empty_split<kDirect>(p, token, h0, kAttnBlockHeads, split);
   const std::uint32_t nw = range.nw, r_begin = range.begin, r_end = range.end();
   auto part_of = [&](std::uint32_t h) { return partial_index(p, token, h0, h, split); };
   auto tile_rows = [&](const std::uint8_t** rows, std::uint32_t t0) {
@@ -371,7 +374,7 @@ __global__ void __launch_bounds__(WgShape<kBf16Rows>::threads, 1) attention_spli
   }
   // ---- the token's output (direct_output: this was its only split) or the partials: unnormalised O, running max
   // (log2 units) and sum per head.
-  if (p.direct_output != 0) {
+  if constexpr (kDirect) {
     // The 32 pairs' cosines and sines once per block, in the (now unused) partial maxima.
     float2* rope_cs = reinterpret_cast<float2*>(&sm.part_max[0][0]);
     static_assert(sizeof(sm.part_max) >= 32 * sizeof(float2), "the rope table fits");
@@ -399,42 +402,52 @@ __global__ void __launch_bounds__(WgShape<kBf16Rows>::threads, 1) attention_spli
         *reinterpret_cast<float2*>(out_b + dim) = make_float2(b0, b1);
       }
     }
-    return;
-  }
+  } else {
 #pragma unroll
-  for (unsigned nb = 0; nb < kPvBlocks; ++nb) {
+    for (unsigned nb = 0; nb < kPvBlocks; ++nb) {
 #pragma unroll
-    for (unsigned i = 0; i < 8; ++i) {
-      const unsigned dim = kPvDims * x + 64 * nb + 8 * i + 2 * tig;
-      *reinterpret_cast<float2*>(p.part_o + part_of(ha) * kHeadDim + dim) = make_float2(o[nb][4 * i], o[nb][4 * i + 1]);
-      *reinterpret_cast<float2*>(p.part_o + part_of(hb) * kHeadDim + dim) =
-          make_float2(o[nb][4 * i + 2], o[nb][4 * i + 3]);
+      for (unsigned i = 0; i < 8; ++i) {
+        const unsigned dim = kPvDims * x + 64 * nb + 8 * i + 2 * tig;
+        *reinterpret_cast<float2*>(p.part_o + part_of(ha) * kHeadDim + dim) = make_float2(o[nb][4 * i], o[nb][4 * i + 1]);
+        *reinterpret_cast<float2*>(p.part_o + part_of(hb) * kHeadDim + dim) =
+            make_float2(o[nb][4 * i + 2], o[nb][4 * i + 3]);
+      }
     }
-  }
-  if (x == 0 && tig == 0) {
-    p.part_ml[part_of(ha) * 2] = m_a;
-    p.part_ml[part_of(ha) * 2 + 1] = l_a;
-    p.part_ml[part_of(hb) * 2] = m_b;
-    p.part_ml[part_of(hb) * 2 + 1] = l_b;
+    if (x == 0 && tig == 0) {
+      p.part_ml[part_of(ha) * 2] = m_a;
+      p.part_ml[part_of(ha) * 2 + 1] = l_a;
+      p.part_ml[part_of(hb) * 2] = m_b;
+      p.part_ml[part_of(hb) * 2 + 1] = l_b;
+    }
   }
 }
 
 }  // namespace
 
 cudaError_t prepare_attention_wgmma() {
-  const cudaError_t e = cudaFuncSetAttribute(attention_split_wgmma_kernel<true>,
-                                             cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmemBytes));
-  if (e != cudaSuccess) return e;
-  return cudaFuncSetAttribute(attention_split_wgmma_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                              static_cast<int>(kSmemBytes));
+  for (const void* kernel :
+       {reinterpret_cast<const void*>(attention_split_wgmma_kernel<true, false>),
+        reinterpret_cast<const void*>(attention_split_wgmma_kernel<false, false>),
+        reinterpret_cast<const void*>(attention_split_wgmma_kernel<true, true>),
+        reinterpret_cast<const void*>(attention_split_wgmma_kernel<false, true>)}) {
+    const cudaError_t e =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmemBytes));
+    if (e != cudaSuccess) return e;
+  }
+  return cudaSuccess;
 }
 
 cudaError_t launch_attention_split_wgmma(const AttentionParams& p, cudaStream_t stream) {
   const dim3 grid(p.splits, p.count, p.heads / kAttnBlockHeads);
+  const std::size_t smem = kSmemBytes;
   if (p.storage == kRowBf16) {
-    return launch_after_previous(attention_split_wgmma_kernel<true>, grid, dim3(kBf16Threads), kSmemBytes, stream, p);
+    return p.direct_output != 0
+               ? launch_after_previous(attention_split_wgmma_kernel<true, true>, grid, dim3(kBf16Threads), smem, stream, p)
+               : launch_after_previous(attention_split_wgmma_kernel<true, false>, grid, dim3(kBf16Threads), smem, stream, p);
   }
-  return launch_after_previous(attention_split_wgmma_kernel<false>, grid, dim3(kFp8Threads), kSmemBytes, stream, p);
+  return p.direct_output != 0
+             ? launch_after_previous(attention_split_wgmma_kernel<false, true>, grid, dim3(kFp8Threads), smem, stream, p)
+             : launch_after_previous(attention_split_wgmma_kernel<false, false>, grid, dim3(kFp8Threads), smem, stream, p);
 }
 
 }  // namespace kvcompact::cuda::dsv4::detail
