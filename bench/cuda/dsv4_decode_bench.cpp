@@ -6,7 +6,8 @@
 // buffers (nothing is shared through L2). Reports microseconds per step (CUDA graph replay and direct
 // launches), the bytes the step must read, the HBM floor from the device-to-device copy bandwidth measured
 // in the same run, and a 4096-token prefill chunk's throughput. CSV with --csv FILE; --quick: fewer cases;
-// --only STORAGE BATCH CONTEXT: one decode case; --no-prefill / --prefill-only: without / only the prefill chunks.
+// --only STORAGE BATCH CONTEXT: one decode case; --no-prefill / --prefill-only: without / only the prefill chunks
+// (--only STORAGE 1 65536 --prefill-only: that storage's chunk alone).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -299,9 +300,11 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[i], "--csv") == 0 && i + 1 < argc) csv_path = argv[++i];
     if (std::strcmp(argv[i], "--quick") == 0) quick = true;
     if (std::strcmp(argv[i], "--no-prefill") == 0) no_prefill = true;
-    // --prefill-only: the prefill chunks alone (for an A/B of the prefill path).
+    // --prefill-only: the prefill chunks alone (for an A/B of the prefill path); after --only STORAGE ..., that
+    // storage's chunk alone (for a profiler).
     if (std::strcmp(argv[i], "--prefill-only") == 0) prefill_only = true;
   }
+  if (prefill_only) no_prefill = false;
   (void)bench::require_device();
   const kd::ModelConfig model = take(kd::preset_config("deepseek-v4-flash"), "preset");
   std::printf("model: %s, %zu layers (%u x ratio 0, %u x 4, %u x 128), %u heads, indexer %u heads, top-%u\n",
@@ -366,6 +369,7 @@ int main(int argc, char** argv) {
   if (!no_prefill) {
     std::printf("\nprefill: one 4096-token chunk ending at context 65536, all layers (one sequence)\n");
     for (const Storage& st : storages) {
+      if (prefill_only && !only_storage.empty() && only_storage != st.name) continue;
       Step S;
       build(S, model, st, 65536, 1, 4096, rng);
       const double us = bench::median_us(1, 2, [&] { S.enqueue(0, stream); }, stream);
