@@ -78,13 +78,29 @@ std::uint32_t pick_block_heads(std::uint32_t count, std::uint32_t heads, std::ui
   return detail::kAttnBlockHeads;
 }
 
-struct AttnWorkspace {
-  std::uint64_t part_o, part_ml, total;
+// A call's plan: its splits, heads per block, and whether the split kernel writes the output itself (one split
+// per token in 64-head blocks, which take the warpgroup kernel: no partials, no merge, no workspace).
+struct AttnPlan {
+  SplitPlan split;
+  std::uint32_t block_heads = detail::kAttnBlockHeads;
+  bool direct_output = false;
 };
-AttnWorkspace attn_layout(std::uint32_t count, std::uint32_t heads, std::uint32_t splits) {
-  const std::uint64_t parts = std::uint64_t{count} * heads * splits;
-  AttnWorkspace w{};
-  w.part_o = 0;
+AttnPlan plan_attention(std::uint32_t count, std::uint32_t heads, std::uint32_t max_rows) {
+  AttnPlan plan;
+  plan.split = plan_splits(count, heads, max_rows);
+  plan.block_heads = pick_block_heads(count, heads, plan.split.splits);
+  plan.direct_output = plan.split.splits == 1 && plan.block_heads == detail::kAttnBlockHeads &&
+                       heads % detail::kAttnBlockHeads == 0;
+  return plan;
+}
+
+struct AttnWorkspace {
+  std::uint64_t part_o = 0, part_ml = 0, total = 0;
+};
+AttnWorkspace attn_layout(std::uint32_t count, std::uint32_t heads, const AttnPlan& plan) {
+  AttnWorkspace w;
+  if (plan.direct_output) return w;
+  const std::uint64_t parts = std::uint64_t{count} * heads * plan.split.splits;
   w.part_ml = align256(parts * detail::kHeadDim * 4);
   w.total = w.part_ml + align256(parts * 2 * 4);
   return w;
@@ -93,8 +109,7 @@ AttnWorkspace attn_layout(std::uint32_t count, std::uint32_t heads, std::uint32_
 }  // namespace
 
 std::uint64_t attention_workspace_bytes(std::uint32_t count, std::uint32_t heads, std::uint32_t max_rows) {
-  const SplitPlan plan = plan_splits(count, heads, max_rows);
-  return attn_layout(count, heads, plan.splits).total;
+  return attn_layout(count, heads, plan_attention(count, heads, max_rows)).total;
 }
 
 Status sparse_attention(const AttentionArgs& a, void* workspace, std::uint64_t workspace_bytes, void* stream) {
@@ -106,8 +121,8 @@ Status sparse_attention(const AttentionArgs& a, void* workspace, std::uint64_t w
   if (a.ratio != 0 && a.ratio != 4 && a.ratio != 128) {
     return make_error(ErrorCode::InvalidArgument, "sparse_attention: ratio {} is not 0, 4 or 128", a.ratio);
   }
-  if (a.tokens == nullptr || a.q == nullptr || a.out == nullptr || workspace == nullptr) {
-    return make_error(ErrorCode::InvalidArgument, "sparse_attention needs tokens, q, out and a workspace");
+  if (a.tokens == nullptr || a.q == nullptr || a.out == nullptr) {
+    return make_error(ErrorCode::InvalidArgument, "sparse_attention needs tokens, q and out");
   }
   if (reinterpret_cast<std::uintptr_t>(a.q) % 16 != 0 || reinterpret_cast<std::uintptr_t>(a.out) % 16 != 0 ||
       reinterpret_cast<std::uintptr_t>(workspace) % 16 != 0) {
@@ -126,11 +141,11 @@ Status sparse_attention(const AttentionArgs& a, void* workspace, std::uint64_t w
   for (float f : a.inv_freq) {
     if (!std::isfinite(f)) return make_error(ErrorCode::InvalidArgument, "sparse_attention: inv_freq {} is not finite", f);
   }
-  const SplitPlan plan = plan_splits(a.count, a.heads, a.max_rows);
-  const AttnWorkspace lay = attn_layout(a.count, a.heads, plan.splits);
-  if (workspace_bytes < lay.total) {
-    return make_error(ErrorCode::InvalidArgument, "sparse_attention: workspace of {} bytes, {} needed", workspace_bytes,
-                      lay.total);
+  const AttnPlan plan = plan_attention(a.count, a.heads, a.max_rows);
+  const AttnWorkspace lay = attn_layout(a.count, a.heads, plan);
+  if (lay.total > 0 && (workspace == nullptr || workspace_bytes < lay.total)) {
+    return make_error(ErrorCode::InvalidArgument, "sparse_attention: workspace of {} bytes{}, {} needed",
+                      workspace == nullptr ? 0 : workspace_bytes, workspace == nullptr ? " (null)" : "", lay.total);
   }
   detail::AttentionParams p{};
   p.tokens = reinterpret_cast<const detail::TokenRowsDev*>(a.tokens);
@@ -149,9 +164,10 @@ Status sparse_attention(const AttentionArgs& a, void* workspace, std::uint64_t w
   p.ratio = a.ratio;
   p.index_stride = a.index_stride;
   p.index_topk = a.index_topk;
-  p.splits = plan.splits;
-  p.split_rows = plan.split_rows;
-  p.block_heads = pick_block_heads(a.count, a.heads, plan.splits);
+  p.splits = plan.split.splits;
+  p.split_rows = plan.split.split_rows;
+  p.block_heads = plan.block_heads;
+  p.direct_output = plan.direct_output ? 1u : 0u;
   p.inverse_rope = a.inverse_rope ? 1u : 0u;
   p.scale_log2 = static_cast<float>(1.4426950408889634 / std::sqrt(512.0));
   static const cudaError_t prepared = detail::prepare_attention();

@@ -312,15 +312,14 @@ cudaError_t prepare_attention() {
   return e != cudaSuccess ? e : prepare_attention_wgmma();
 }
 
-cudaError_t launch_attention(const AttentionParams& params, cudaStream_t stream) {
-  if (params.count == 0) return cudaSuccess;
-  AttentionParams p = params;
+cudaError_t launch_attention(const AttentionParams& p, cudaStream_t stream) {
+  if (p.count == 0) return cudaSuccess;
   const dim3 grid(p.splits, p.count, (p.heads + p.block_heads - 1) / p.block_heads);
   // Full 64-head blocks take the warpgroup-MMA kernel (attention_wgmma.cu). With one split per token (a prefill
-  // chunk's thousands of tokens) it writes the output itself: the merge would only read the partials back (as
-  // many bytes again as the output, per layer) to normalise them.
+  // chunk's thousands of tokens; attention.cpp sets direct_output) it writes the output itself: the merge would
+  // only read the partials back (as many bytes again as the output, per layer) to normalise them.
   const bool wgmma = p.block_heads == kAttnBlockHeads && p.heads % kAttnBlockHeads == 0;
-  p.direct_output = wgmma && p.splits == 1 ? 1u : 0u;
+  if (p.direct_output != 0 && (!wgmma || p.splits != 1)) return cudaErrorInvalidValue;
   const cudaError_t e =
       wgmma ? launch_attention_split_wgmma(p, stream)
             : launch_after_previous(attention_split_kernel, grid, dim3(kAttnThreads), sizeof(AttnSmem), stream, p);

@@ -115,7 +115,7 @@ struct AttentionParams {
   std::uint32_t block_heads;  // heads per block: 16, 32 or kAttnBlockHeads (attention.cpp picks)
   std::uint32_t inverse_rope;
   // 1: one split per token and 64-head blocks (a prefill chunk): the warpgroup split kernel writes the output
-  // itself (normalised, sink, inverse RoPE) and no merge runs; launch_attention sets it.
+  // itself (normalised, sink, inverse RoPE), no merge runs and part_o / part_ml are unused (attention.cpp's plan).
   std::uint32_t direct_output;
   float scale_log2;  // log2(e) / sqrt(512)
 };

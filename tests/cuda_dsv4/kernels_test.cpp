@@ -714,9 +714,10 @@ TEST(CudaDsv4KernelsSmall, AttentionManySplits) {
 // the sink, under the sanitizers too.
 TEST(CudaDsv4KernelsSmall, AttentionDirectOutput) {
   SKIP_WITHOUT_GPU();
-  // 140 tokens: more 16- or 32-head blocks than multiprocessors, so 64-head blocks; and one split each.
-  const std::uint64_t one_split = std::uint64_t{140} * 64 * 512 * 4;
-  EXPECT_LT(attention_workspace_bytes(140, 64, 192), 2 * one_split);
+  // 140 tokens: more 16- or 32-head blocks than multiprocessors, so 64-head blocks; and one split each, so no
+  // workspace (the plan's direct output).
+  EXPECT_EQ(attention_workspace_bytes(140, 64, 192), 0u);
+  EXPECT_EQ(attention_workspace_bytes(140, 64, 128), 0u);
   for (auto st : {kd::RowStorage::Bf16, kd::RowStorage::Fp8}) {
     AttnCase c;
     c.storage = st;
@@ -742,16 +743,19 @@ TEST(CudaDsv4KernelsArgs, SplitPlanOfTheDecodeBenchmark) {
     const auto props = device_properties(0);
     if (!props.ok() || props->multiprocessors != 132) GTEST_SKIP() << "the pinned plans are for 132 multiprocessors";
   }
-  auto ws = [](std::uint64_t count, std::uint64_t splits) {
-    const std::uint64_t parts = count * 64 * splits;
+  auto ws_heads = [](std::uint64_t heads, std::uint64_t count, std::uint64_t splits) {
+    const std::uint64_t parts = count * heads * splits;
     auto align256 = [](std::uint64_t x) { return (x + 255) / 256 * 256; };
     return align256(parts * 512 * 4) + align256(parts * 2 * 4);
   };
+  auto ws = [&](std::uint64_t count, std::uint64_t splits) { return ws_heads(64, count, splits); };
+  auto ws16 = [&](std::uint64_t count, std::uint64_t splits) { return ws_heads(16, count, splits); };
   EXPECT_EQ(attention_workspace_bytes(8, 64, 8320), ws(8, 15));      // 1M, ratio 128: 15 splits of 9 tiles, one wave
   EXPECT_EQ(attention_workspace_bytes(8, 64, 2176), ws(8, 12));      // 256K, ratio 128: 12 splits of 3 tiles
   EXPECT_EQ(attention_workspace_bytes(8, 64, 640), ws(8, 10));       // ratio 4: one tile per split
   EXPECT_EQ(attention_workspace_bytes(1, 64, 8320), ws(1, 130));     // batch 1: one tile per split
-  EXPECT_EQ(attention_workspace_bytes(4096, 64, 640), ws(4096, 1));  // a prefill chunk: one split per token
+  EXPECT_EQ(attention_workspace_bytes(4096, 64, 640), 0u);  // a prefill chunk: one split per token, written directly
+  EXPECT_EQ(attention_workspace_bytes(4096, 16, 640), ws16(4096, 1));  // (16 heads: the mma.sync kernel and the merge)
   // A huge row bound is planned at once (at most 4096 candidates) and within 4096 splits.
   const auto t0 = std::chrono::steady_clock::now();
   EXPECT_LE(attention_workspace_bytes(1, 64, 0xFFFFFFFFu), ws(1, 4096));
@@ -795,6 +799,20 @@ TEST(CudaDsv4KernelsArgs, InvalidArgumentsAreRejected) {
   EXPECT_EQ(code(sparse_attention(aa, dummy, 1 << 20, nullptr)), ErrorCode::InvalidArgument);
   aa.ratio = 4;  // tokens / q / out missing
   EXPECT_EQ(code(sparse_attention(aa, dummy, 1 << 20, nullptr)), ErrorCode::InvalidArgument);
+  // A plan with partials (one token over 640 rows: 10 splits) and no workspace, or too small a one.
+  aa.tokens = reinterpret_cast<const TokenRows*>(dummy);
+  aa.q = dummy;
+  aa.out = dummy;
+  aa.indices = reinterpret_cast<const std::int32_t*>(dummy);
+  aa.index_stride = 512;
+  aa.max_rows = 640;
+  ASSERT_GT(attention_workspace_bytes(1, 64, 640), 0u);
+  auto workspace_error = [](const Status& st) {
+    return !st.ok() && st.error().code == ErrorCode::InvalidArgument &&
+           st.error().message.find("workspace of") != std::string::npos;
+  };
+  EXPECT_TRUE(workspace_error(sparse_attention(aa, nullptr, 0, nullptr)));
+  EXPECT_TRUE(workspace_error(sparse_attention(aa, dummy, attention_workspace_bytes(1, 64, 640) - 1, nullptr)));
 }
 
 // The CPU half of the exactness argument (docs/cuda-dsv4-kernels.md), checked on the CPU alone: for model

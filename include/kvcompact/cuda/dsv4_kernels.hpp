@@ -110,6 +110,8 @@ struct AttentionArgs {
   std::uint32_t max_rows = 0;  // >= every token's row count (128 + topk, or 128 + (t + 1) / 128)
   float* out = nullptr;        // device [count, heads, 512]
 };
+// The workspace of a call: the split partials, or 0 when every token's row list is one split of 64-head blocks
+// (a prefill chunk of many tokens: the output is written directly). The workspace may be null when it is 0.
 std::uint64_t attention_workspace_bytes(std::uint32_t count, std::uint32_t heads, std::uint32_t max_rows);
 Status sparse_attention(const AttentionArgs& args, void* workspace, std::uint64_t workspace_bytes, void* stream);
 
