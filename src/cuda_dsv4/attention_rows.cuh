@@ -1,6 +1,7 @@
 // Device helpers shared by the two sparse-attention split kernels (attention.cu: mma.sync for 16- and 32-head
-// blocks; attention_wgmma.cu: warpgroup MMAs for 64-head blocks): where a token's row j lives, and bf16 pairs as
-// fp16 pairs.
+// blocks; attention_wgmma.cu: warpgroup MMAs for 64-head blocks): where a token's row j lives, bf16 pairs as fp16
+// pairs, and the output arithmetic of a (token, head) — sink, normalisation, inverse RoPE — that the merge kernel
+// (attention_merge.cu) and the warpgroup kernel's direct output share.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -59,9 +60,7 @@ __device__ __forceinline__ void write_empty_split(const AttentionParams& p, std:
   if constexpr (kDirect) {
     float4* out = reinterpret_cast<float4*>(p.out + (static_cast<std::uint64_t>(token) * p.heads + h0) * kHeadDim);
     for (unsigned i = threadIdx.x; i < heads * kHeadDim / 4; i += blockDim.x) out[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    return;
-  }
-  if (threadIdx.x < heads) {
+  } else if (threadIdx.x < heads) {
     p.part_ml[partial_index(p, token, h0, threadIdx.x, split) * 2] = -INFINITY;
     p.part_ml[partial_index(p, token, h0, threadIdx.x, split) * 2 + 1] = 0.0f;
   }
