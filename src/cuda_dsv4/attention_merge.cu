@@ -44,8 +44,9 @@ __device__ __forceinline__ void add_weighted(float4& acc, float w, const float4&
 }
 
 // kInFlight: partial rows per warp and round (independent loads): kSplitsPerWarp, or 2 for plans of at most two
-// splits (a prefill chunk's thousands of tokens), whose instance is held to 40 registers (the previous merge's
-// count: 12 blocks of 4 warps per multiprocessor); the other to 64 (two 16-warp blocks).
+// splits (a decode step's window layers; a many-token chunk that the split kernel's direct output does not
+// cover, i.e. one of 16- or 32-head blocks), whose blocks have one split warp: that instance is held to 40
+// registers, so 12 of its 4-warp blocks fit per multiprocessor instead of 8; the other to 64 (two 16-warp blocks).
 template <unsigned kInFlight>
 __global__ void __launch_bounds__(kMergeMaxWarps * 32, kInFlight <= 2 ? 3 : 2)
     attention_merge_kernel(AttentionParams p, unsigned split_warps) {
