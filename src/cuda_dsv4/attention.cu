@@ -13,6 +13,8 @@
 #include <cstdint>
 
 #include "attention_rows.cuh"
+#include "cuda/bulk_copy.cuh"
+#include "cuda/wgmma.cuh"
 #include "kernels_device.cuh"
 #include "kernels_params.hpp"
 #include "pdl.cuh"
@@ -31,6 +33,10 @@ constexpr unsigned kPStride = kAttnTileRows + 8;  // halfs
 constexpr unsigned kRawStride = 1024;
 constexpr unsigned kFp8Pieces = 73;  // 8-byte pieces of an FP8 row, the scale bytes included
 
+// Floats per staged row of the partial O in the epilogue: 512 + 8, so that consecutive heads start 8 banks apart
+// and a warp's 8-byte stores (8 heads x 4 lanes) take the minimum two wavefronts; 2080 bytes, a multiple of 16.
+constexpr unsigned kOStageStride = kHeadDim + 8;
+
 struct AttnSmem {
   __half q[kAttnBlockHeads * kQStride];
   __half k[kAttnTileRows * kKStride];
@@ -43,6 +49,8 @@ struct AttnSmem {
   const std::uint8_t* rows[2][kAttnTileRows];  // the current tile's rows and the next one's (null: no row)
 };
 static_assert(sizeof(AttnSmem) <= 227 * 1024, "one block per multiprocessor needs <= 227 KB of shared memory");
+static_assert(offsetof(AttnSmem, q) == 0 && offsetof(AttnSmem, s) >= kAttnBlockHeads * kOStageStride * sizeof(float),
+              "the epilogue's staged partial O fits in the query, tile and raw buffers");
 
 // ldmatrix rows: 16-byte aligned, and an odd number of 16-byte units apart so 8 rows are bank-conflict free.
 static_assert(offsetof(AttnSmem, q) % 16 == 0 && offsetof(AttnSmem, k) % 16 == 0 && offsetof(AttnSmem, pr) % 16 == 0);
@@ -287,18 +295,23 @@ __global__ void __launch_bounds__(kAttnThreads, 1) attention_split_kernel(Attent
     }
     __syncthreads();
   }
-  // ---- partials: unnormalised O, running max (log2 units) and sum per head.
+  // ---- partials: unnormalised O, running max (log2 units) and sum per head. O leaves through shared memory (the
+  // query, tile and raw buffers are free after the loop's last barrier), one bulk store of a head's 512 floats
+  // per thread, as in attention_wgmma.cu's epilogue (rows kOStageStride floats apart: conflict-free stores).
+  float* stage = reinterpret_cast<float*>(sm.q);
   if (active) {
 #pragma unroll
     for (int nt = 0; nt < 16; ++nt) {
       const unsigned dim = quarter * 128 + nt * 8 + 2 * tig;
-      float* lo = p.part_o + part_of(hg * 16 + g) * kHeadDim + dim;
-      float* hi = p.part_o + part_of(hg * 16 + g + 8) * kHeadDim + dim;
-      *reinterpret_cast<float2*>(lo) = make_float2(o[nt][0], o[nt][1]);
-      *reinterpret_cast<float2*>(hi) = make_float2(o[nt][2], o[nt][3]);
+      *reinterpret_cast<float2*>(stage + (hg * 16 + g) * kOStageStride + dim) = make_float2(o[nt][0], o[nt][1]);
+      *reinterpret_cast<float2*>(stage + (hg * 16 + g + 8) * kOStageStride + dim) = make_float2(o[nt][2], o[nt][3]);
     }
   }
+  fence_shared_for_async();
+  __syncthreads();
   if (tid < nh) {
+    tq::detail::bulk_store(p.part_o + part_of(tid) * kHeadDim, stage + tid * kOStageStride, kHeadDim * sizeof(float));
+    tq::detail::bulk_store_commit_and_wait_read();  // (the block's shared memory must outlive the reads)
     p.part_ml[part_of(tid) * 2] = sm.m[tid];
     p.part_ml[part_of(tid) * 2 + 1] = sm.l[tid];
   }

@@ -28,6 +28,7 @@
 #include "kernels_device.cuh"
 #include "kernels_params.hpp"
 #include "pdl.cuh"
+#include "cuda/bulk_copy.cuh"
 #include "cuda/wgmma.cuh"
 
 namespace kvcompact::cuda::dsv4::detail {
@@ -160,6 +161,17 @@ __device__ __forceinline__ void decode_fp8_row_regs(std::uint8_t* tile, const Fp
           make_uint2(bf16x2_to_half2(regs.piece[j].x), bf16x2_to_half2(regs.piece[j].y));
     }
   }
+}
+
+// Floats per staged row of the partial O (the split epilogue): kPvDims + 8, so that a row starts 8 banks after
+// the previous one and a warp's 8-byte stores of 8 heads x 4 lanes fall on every bank pair twice (the minimum of
+// two wavefronts for 256 bytes); 544 or 1056 bytes, multiples of 16 as the bulk copies need.
+template <unsigned kPvDims>
+constexpr unsigned kStageStride = kPvDims + 8;
+
+// Barrier over warpgroup x's 128 threads (named barriers 1 .. 4; 0 is the block's).
+__device__ __forceinline__ void warpgroup_barrier(unsigned x) {
+  asm volatile("bar.sync %0, 128;\n" ::"r"(x + 1) : "memory");
 }
 
 __device__ __forceinline__ float quad_max(float v) {
@@ -373,24 +385,31 @@ __global__ void __launch_bounds__(WgShape<kBf16Rows>::threads, 1) attention_spli
     // maxima / sums are rewritten only after it.)
   }
   // ---- the token's output (direct_output: this was its only split) or the partials: unnormalised O, running max
-  // (log2 units) and sum per head.
+  // (log2 units) and sum per head. Either leaves through shared memory in bulk stores: warpgroup x stages its
+  // kPvDims dims of the 64 heads as rows (x, h), and 64 of its threads each store one row, kPvDims floats that are
+  // contiguous in out / part_o. (Written straight from the accumulators, a warp's 8-byte stores touched 8 rows
+  // 2 KB apart per instruction, and those stores held the block's last microseconds: round 24 in
+  // docs/cuda-dsv4-kernels.md.)
+  __syncthreads();  // every warpgroup's last S and P V have read Q and the tiles (and the partial maxima): free
+  float* stage = reinterpret_cast<float*>(sm.q);
+  static_assert(kWg * kAttnBlockHeads * kStageStride<kPvDims> * sizeof(float) <= 3 * kTileBytes,
+                "the staged rows fit in Q and the two tile buffers");
+  float* row_a = stage + (kAttnBlockHeads * x + ha) * kStageStride<kPvDims>;
+  float* row_b = stage + (kAttnBlockHeads * x + hb) * kStageStride<kPvDims>;
   if constexpr (kDirect) {
     // The 32 pairs' cosines and sines once per block, in the (now unused) partial maxima.
     float2* rope_cs = reinterpret_cast<float2*>(&sm.part_max[0][0]);
     static_assert(sizeof(sm.part_max) >= 32 * sizeof(float2), "the rope table fits");
     if (p.inverse_rope != 0) {
-      __syncthreads();  // every warpgroup's last reads of the partial maxima are done
       if (tid < 32) rope_cs[tid] = inverse_rope_cos_sin(p, d.position, tid);
       __syncthreads();
     }
     const SingleSplitScale sa = single_split_scale(p, h0 + ha, m_a, l_a), sb = single_split_scale(p, h0 + hb, m_b, l_b);
-    float* out_a = p.out + (static_cast<std::uint64_t>(token) * p.heads + h0 + ha) * kHeadDim;
-    float* out_b = p.out + (static_cast<std::uint64_t>(token) * p.heads + h0 + hb) * kHeadDim;
 #pragma unroll
     for (unsigned nb = 0; nb < kPvBlocks; ++nb) {
 #pragma unroll
       for (unsigned i = 0; i < 8; ++i) {
-        const unsigned dim = kPvDims * x + 64 * nb + 8 * i + 2 * tig;
+        const unsigned col = 64 * nb + 8 * i + 2 * tig, dim = kPvDims * x + col;
         float a0 = sa.apply(o[nb][4 * i]), a1 = sa.apply(o[nb][4 * i + 1]);
         float b0 = sb.apply(o[nb][4 * i + 2]), b1 = sb.apply(o[nb][4 * i + 3]);
         if (p.inverse_rope != 0 && dim >= kHeadDim - 64) {
@@ -398,8 +417,8 @@ __global__ void __launch_bounds__(WgShape<kBf16Rows>::threads, 1) attention_spli
           inverse_rope_rotate(cs, a0, a1);
           inverse_rope_rotate(cs, b0, b1);
         }
-        *reinterpret_cast<float2*>(out_a + dim) = make_float2(a0, a1);
-        *reinterpret_cast<float2*>(out_b + dim) = make_float2(b0, b1);
+        *reinterpret_cast<float2*>(row_a + col) = make_float2(a0, a1);
+        *reinterpret_cast<float2*>(row_b + col) = make_float2(b0, b1);
       }
     }
   } else {
@@ -407,10 +426,9 @@ __global__ void __launch_bounds__(WgShape<kBf16Rows>::threads, 1) attention_spli
     for (unsigned nb = 0; nb < kPvBlocks; ++nb) {
 #pragma unroll
       for (unsigned i = 0; i < 8; ++i) {
-        const unsigned dim = kPvDims * x + 64 * nb + 8 * i + 2 * tig;
-        *reinterpret_cast<float2*>(p.part_o + part_of(ha) * kHeadDim + dim) = make_float2(o[nb][4 * i], o[nb][4 * i + 1]);
-        *reinterpret_cast<float2*>(p.part_o + part_of(hb) * kHeadDim + dim) =
-            make_float2(o[nb][4 * i + 2], o[nb][4 * i + 3]);
+        const unsigned col = 64 * nb + 8 * i + 2 * tig;
+        *reinterpret_cast<float2*>(row_a + col) = make_float2(o[nb][4 * i], o[nb][4 * i + 1]);
+        *reinterpret_cast<float2*>(row_b + col) = make_float2(o[nb][4 * i + 2], o[nb][4 * i + 3]);
       }
     }
     if (x == 0 && tig == 0) {
@@ -419,6 +437,16 @@ __global__ void __launch_bounds__(WgShape<kBf16Rows>::threads, 1) attention_spli
       p.part_ml[part_of(hb) * 2] = m_b;
       p.part_ml[part_of(hb) * 2 + 1] = l_b;
     }
+  }
+  fence_shared_for_async();  // the staged rows, before the bulk copies read them
+  warpgroup_barrier(x);
+  if (tid % 128 < kAttnBlockHeads) {
+    const unsigned h = tid % 128;
+    float* dst = kDirect ? p.out + (static_cast<std::uint64_t>(token) * p.heads + h0 + h) * kHeadDim
+                         : p.part_o + part_of(h) * kHeadDim;
+    tq::detail::bulk_store(dst + kPvDims * x, stage + (kAttnBlockHeads * x + h) * kStageStride<kPvDims>,
+                           kPvDims * sizeof(float));
+    tq::detail::bulk_store_commit_and_wait_read();  // (the block's shared memory must outlive the reads)
   }
 }
 
