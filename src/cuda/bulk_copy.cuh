@@ -4,8 +4,8 @@
 // (cuda_dsv4/indexer_scores_wgmma.cu). One thread issues a copy; the barrier's phase completes when
 // its expected bytes (mbar_arrive_expect_tx) have landed.
 // And the other way, shared to global memory in bulk groups (the DeepSeek-V4 attention's partial outputs,
-// cuda_dsv4/attention_wgmma.cu): the issuing thread commits its copies as a group and waits until the group has
-// read its shared memory before the block may reuse or release it.
+// cuda_dsv4/attention_wgmma.cu and attention.cu): the issuing thread commits its copies as a group and waits until
+// the group has read its shared memory before the block may reuse or release it.
 #pragma once
 
 #include <cuda_runtime.h>
