@@ -33,9 +33,8 @@ constexpr unsigned kPStride = kAttnTileRows + 8;  // halfs
 constexpr unsigned kRawStride = 1024;
 constexpr unsigned kFp8Pieces = 73;  // 8-byte pieces of an FP8 row, the scale bytes included
 
-// Floats per staged row of the partial O in the epilogue: 512 + 8, so that consecutive heads start 8 banks apart
-// and a warp's 8-byte stores (8 heads x 4 lanes) take the minimum two wavefronts; 2080 bytes, a multiple of 16.
-constexpr unsigned kOStageStride = kHeadDim + 8;
+// Floats per staged row of the partial O in the epilogue (a head's 512, padded: attention_rows.cuh).
+constexpr unsigned kOStageStride = kHeadDim + kStagedRowPad;
 
 struct AttnSmem {
   __half q[kAttnBlockHeads * kQStride];

@@ -14,6 +14,12 @@
 
 namespace kvcompact::cuda::dsv4::detail {
 
+// Both split kernels' epilogues stage their outputs in shared memory as float rows padded by this many floats
+// before bulk-copying them out: rows of 128, 256 or 512 floats then start 8 banks apart, so a warp's 8-byte stores
+// of 8 rows x 4 lanes fall on every bank pair twice (the minimum of two wavefronts for 256 bytes), and every row
+// stays a multiple of 16 bytes, as a bulk copy needs.
+inline constexpr unsigned kStagedRowPad = 8;
+
 // Row j of a token's list: the window (oldest first: the chunk's own rows from chunk_start, the ring before),
 // then the compressed rows (ratio 4: the top-k list, null for a -1 slot; ratio 128: all visible).
 __device__ __forceinline__ const std::uint8_t* attention_row_pointer(const AttentionParams& p, const TokenRowsDev& d,

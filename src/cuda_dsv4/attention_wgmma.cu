@@ -163,11 +163,9 @@ __device__ __forceinline__ void decode_fp8_row_regs(std::uint8_t* tile, const Fp
   }
 }
 
-// Floats per staged row of the partial O (the split epilogue): kPvDims + 8, so that a row starts 8 banks after
-// the previous one and a warp's 8-byte stores of 8 heads x 4 lanes fall on every bank pair twice (the minimum of
-// two wavefronts for 256 bytes); 544 or 1056 bytes, multiples of 16 as the bulk copies need.
+// Floats per staged row of the epilogue (a warpgroup's kPvDims dims of one head, padded: attention_rows.cuh).
 template <unsigned kPvDims>
-constexpr unsigned kStageStride = kPvDims + 8;
+constexpr unsigned kStageStride = kPvDims + kStagedRowPad;
 
 // Barrier over warpgroup x's 128 threads (named barriers 1 .. 4; 0 is the block's). The id is a register, so ptxas
 // reserves all 16 named barriers ("Block Limit Barriers 4" in Nsight Compute): the block is alone on its
