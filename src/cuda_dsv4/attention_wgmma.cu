@@ -2,11 +2,11 @@
 // contract as attention_split_kernel (attention.cu: one token, one split of its row list, partial O / m / l for
 // the merge kernel), with the query and each decoded row tile held once in shared memory in the SW128 layout
 // (wgmma.cuh) and read by the tensor cores directly. Per 64-row tile:
-//   decode rows to fp16 (all threads) -> S = Q K^T: warpgroup x of W takes rows [64 x / W, 64 (x + 1) / W) of the
-//   tile, all 64 heads, K = 512 (32 m64n32k16 for W = 2, m64n16k16 for W = 4) -> online softmax in registers
-//   (per-head maxima and sums exchanged between the warpgroups through shared memory) -> P (fp16, 64 heads x 64
-//   rows) to shared memory -> O += P V: warpgroup x takes dims [512 x / W, 512 (x + 1) / W) (m64n64k16, V = the
-//   tile read MN-major).
+//   decode rows to fp16 (all threads) -> S = Q K^T: warpgroup x of the S warpgroups (kSWarpgroups: all W for a
+//   decode step, two for a prefill chunk's direct output) takes rows [64 x / S, 64 (x + 1) / S) of the tile, all 64
+//   heads, K = 512 (32 m64n32k16 for S = 2, m64n16k16 for S = 4) -> online softmax in registers (per-head maxima
+//   and sums exchanged between them through shared memory) -> P (fp16, 64 heads x 64 rows) to shared memory ->
+//   O += P V: warpgroup x of W takes dims [512 x / W, 512 (x + 1) / W) (m64n64k16, V = the tile read MN-major).
 // W = 2 warpgroups for BF16 rows, 4 for FP8 rows (WgShape): with four, a thread holds half of O (64 registers
 // instead of 128), so 16 warps fit at 128 registers, and each warp decodes half as many FP8 pieces (cuda-dsv4-
 // kernels.md, round 20: FP8 attention 1.5-2 % faster; BF16 rows, whose tiles come by cp.async, 2.5 % slower).
@@ -14,7 +14,7 @@
 // fp16 in place (bf16 and fp16 are both 2 bytes); FP8 rows (584 bytes) are loaded into registers and decoded
 // into one of the two buffers. Either way P V of one tile runs on the tensor cores while the next tile is widened
 // or decoded.
-// Shared-memory reads per tile: Q W times (64 KB each), the tile twice (S and PV: 128 KB), P W times (8 KB each),
+// Shared-memory reads per tile: Q S times (64 KB each), the tile twice (S and PV: 128 KB), P W times (8 KB each),
 // against ~800 KB for the mma.sync kernel, whose fragments are reloaded per warp. tests/cuda_dsv4/wgmma_test.cpp checks
 // the wgmma conventions this relies on; the attention tests check this kernel (attention.cu launches it for
 // 64-head blocks).
@@ -23,6 +23,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "attention_rows.cuh"
 #include "kernels_device.cuh"
@@ -47,10 +48,17 @@ template <bool kBf16Rows>
 struct WgShape {
   static constexpr unsigned warpgroups = kBf16Rows ? 2 : 4;
   static constexpr unsigned threads = 128 * warpgroups;
-  static constexpr unsigned s_rows = kRows / warpgroups;
   static constexpr unsigned pv_dims = kHeadDim / warpgroups;
   static constexpr unsigned pv_blocks = pv_dims / 64;
 };
+// The warpgroups that compute S = Q K^T (and the softmax's P) for their kRows / s_warpgroups rows of each tile;
+// the others wait at the softmax's last barrier. Every S instruction reads all of Q from shared memory, so fewer,
+// wider ones read it fewer times: for the FP8 rows of a prefill chunk (the direct output), S on two of the four
+// warpgroups (m64n32k16) made the chunk's attention 8 % faster, but the same split made the decode step's
+// attention 10 % slower at batch 8 x 1M (docs/cuda-dsv4-kernels.md, round 25), so the decode instances keep S on
+// every warpgroup.
+template <bool kBf16Rows, bool kDirect>
+constexpr unsigned kSWarpgroups = kDirect ? 2 : WgShape<kBf16Rows>::warpgroups;
 constexpr unsigned kMaxWarpgroups = 4;
 constexpr unsigned kBf16Threads = WgShape<true>::threads;  // 256
 constexpr unsigned kFp8Threads = WgShape<false>::threads;  // 512
@@ -192,7 +200,8 @@ template <bool kBf16Rows, bool kDirect>
 __global__ void __launch_bounds__(WgShape<kBf16Rows>::threads, 1) attention_split_wgmma_kernel(AttentionParams p) {
   wait_for_previous_grid();
   using Shape = WgShape<kBf16Rows>;
-  constexpr unsigned kThreads = Shape::threads, kWg = Shape::warpgroups, kSRows = Shape::s_rows;
+  constexpr unsigned kThreads = Shape::threads, kWg = Shape::warpgroups, kSWg = kSWarpgroups<kBf16Rows, kDirect>;
+  constexpr unsigned kSRows = kRows / kSWg;
   constexpr unsigned kPvDims = Shape::pv_dims, kPvBlocks = Shape::pv_blocks;
   extern __shared__ std::uint8_t smem_raw[];
   WgSmem& sm = *reinterpret_cast<WgSmem*>(
@@ -200,6 +209,7 @@ __global__ void __launch_bounds__(WgShape<kBf16Rows>::threads, 1) attention_spli
   const std::uint32_t split = blockIdx.x, token = blockIdx.y, h0 = blockIdx.z * kAttnBlockHeads;
   const unsigned tid = threadIdx.x, x = tid / 128, w = (tid / 32) % 4, lane = tid % 32, g = lane / 4, tig = lane % 4;
   const unsigned ha = 16 * w + g, hb = ha + 8;  // this thread's two heads (block-relative)
+  const bool s_group = kSWg == kWg || x < kSWg;  // this warpgroup computes S (and P) for kSRows rows
   const TokenRowsDev d = p.tokens[token];
   const SplitRows range = split_rows(p, d, split);
   if (range.empty()) return write_empty_split<kDirect>(p, token, h0, kAttnBlockHeads, split);
@@ -240,7 +250,7 @@ __global__ void __launch_bounds__(WgShape<kBf16Rows>::threads, 1) attention_spli
   // Matrix descriptors: Q, this warpgroup's rows of the tile (S), P, and its dims of the tile (P V).
   const GmmaDesc desc_q = sw128_descriptor(sm.q, 16, 1024);
   // (Buffer k[1] is kTileBytes after k[0]: its descriptors are at(kTileBytes + ...) of these.)
-  const GmmaDesc desc_k = sw128_descriptor(sm.k[0] + kSRows * x * 128, 16, 1024);
+  const GmmaDesc desc_k = sw128_descriptor(sm.k[0] + (s_group ? kSRows * x : 0) * 128, 16, 1024);
   const GmmaDesc desc_p = sw128_descriptor(sm.p, 16, 1024);
   const GmmaDesc desc_v = sw128_descriptor(sm.k[0] + kPvBlocks * x * (kRows * 128), 8192, 1024);
   float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.0f, l_b = 0.0f;  // running max (log2 units) and sum
@@ -263,126 +273,147 @@ __global__ void __launch_bounds__(WgShape<kBf16Rows>::threads, 1) attention_spli
     load_fp8_row_regs<true>(fp8, sm.rows[0], sm.k[1]);
     decode_fp8_row_regs(sm.k[0], fp8);
   }
-  for (std::uint32_t t0 = r_begin, cur = 0; t0 < r_end; t0 += kRows, cur ^= 1u) {
-    const std::uint32_t rows_here = min(kRows, r_end - t0);
-    const bool has_next = t0 + kRows < r_end;
-    const std::uint8_t* const* rows = sm.rows[cur];
-    const unsigned kb = cur;  // this tile's buffer
-    if (has_next) tile_rows(sm.rows[cur ^ 1u], t0 + kRows);
-    fence_shared_for_async();
-    __syncthreads();  // the tile is fp16 (and the query); the next tile's row pointers are visible; the previous
-                      // tile's P V is done (waited below), so its buffer and P are free
+  // The tile loop, as two copies: one for the warpgroups that compute S (kS) and one for the others. (With
+  // S behind a runtime branch inside one loop, ptxas serialised every wgmma: C7520.)
+  auto run_tiles = [&](auto s_group_tag) {
+    constexpr bool kS = decltype(s_group_tag)::value;
+    for (std::uint32_t t0 = r_begin, cur = 0; t0 < r_end; t0 += kRows, cur ^= 1u) {
+      const std::uint32_t rows_here = min(kRows, r_end - t0);
+      const bool has_next = t0 + kRows < r_end;
+      const std::uint8_t* const* rows = sm.rows[cur];
+      const unsigned kb = cur;  // this tile's buffer
+      if (has_next) tile_rows(sm.rows[cur ^ 1u], t0 + kRows);
+      fence_shared_for_async();
+      __syncthreads();  // the tile is fp16 (and the query); the next tile's row pointers are visible; the previous
+                        // tile's P V is done (waited below), so its buffer and P are free
 
-    // ---- S = Q K^T for rows [kSRows x, kSRows (x + 1)): k-step s = columns 16 s .. 16 s + 15.
-    float s[kSRows / 2];
-    wgmma_fence();
+      // The next tile's loads go out while S runs, not before it: issued first, their register operands held the
+      // S instructions back behind the load queue (round 22: the most-sampled stall of the FP8 kernel was the
+      // instruction after the nine row loads, waiting for them to leave the queue).
+      auto load_next = [&] {
+        if (has_next) {
+          if constexpr (kBf16Rows) {
+            stage_bf16_rows(sm.k[kb ^ 1u], sm.rows[cur ^ 1u], p.q);
+          } else {
+            load_fp8_row_regs<false>(fp8, sm.rows[cur ^ 1u]);
+          }
+        }
+      };
+      float s[kSRows / 2];  // (warpgroups x < kSWg)
+      if constexpr (kS) {
+        // ---- S = Q K^T for rows [kSRows x, kSRows (x + 1)): k-step s = columns 16 s .. 16 s + 15.
+        wgmma_fence();
 #pragma unroll
-    for (unsigned ks = 0; ks < kHeadDim / 16; ++ks) {
-      const unsigned col = (ks / 4) * (kRows * 128) + (ks % 4) * 32;
-      if constexpr (kSRows == 32) {
-        wgmma_m64n32k16_ss(s, desc_q.at(col), desc_k.at(kb * kTileBytes + col), ks > 0);
+        for (unsigned ks = 0; ks < kHeadDim / 16; ++ks) {
+          const unsigned col = (ks / 4) * (kRows * 128) + (ks % 4) * 32;
+          if constexpr (kSRows == 32) {
+            wgmma_m64n32k16_ss(s, desc_q.at(col), desc_k.at(kb * kTileBytes + col), ks > 0);
+          } else {
+            wgmma_m64n16k16_ss(s, desc_q.at(col), desc_k.at(kb * kTileBytes + col), ks > 0);
+          }
+        }
+        wgmma_commit();
+        load_next();
+        wgmma_wait<0>();
+        // ---- online softmax. Columns 8 i + 2 tig (+1) of this warpgroup's rows: tile rows kSRows x + ...
+        float mx_a = -INFINITY, mx_b = -INFINITY;
+#pragma unroll
+        for (unsigned i = 0; i < kSRows / 8; ++i) {
+#pragma unroll
+          for (unsigned j = 0; j < 2; ++j) {
+            const unsigned r = kSRows * x + 8 * i + 2 * tig + j;
+            const bool valid = r < rows_here && rows[r] != nullptr;
+            s[4 * i + j] = valid ? s[4 * i + j] * p.scale_log2 : -INFINITY;
+            s[4 * i + 2 + j] = valid ? s[4 * i + 2 + j] * p.scale_log2 : -INFINITY;
+            mx_a = fmaxf(mx_a, s[4 * i + j]);
+            mx_b = fmaxf(mx_b, s[4 * i + 2 + j]);
+          }
+        }
+        mx_a = quad_max(mx_a);
+        mx_b = quad_max(mx_b);
+        if (tig == 0) {
+          sm.part_max[x][ha] = mx_a;
+          sm.part_max[x][hb] = mx_b;
+        }
       } else {
-        wgmma_m64n16k16_ss(s, desc_q.at(col), desc_k.at(kb * kTileBytes + col), ks > 0);
+        load_next();
       }
-    }
-    wgmma_commit();
-    // The next tile's loads go out while S runs, not before it: issued first, their register operands held the
-    // S instructions back behind the load queue (round 22: the most-sampled stall of the FP8 kernel was the
-    // instruction after the nine row loads, waiting for them to leave the queue).
-    if (has_next) {
-      if constexpr (kBf16Rows) {
-        stage_bf16_rows(sm.k[kb ^ 1u], sm.rows[cur ^ 1u], p.q);
-      } else {
-        load_fp8_row_regs<false>(fp8, sm.rows[cur ^ 1u]);
+      __syncthreads();
+      float mn_a = m_a, mn_b = m_b;
+#pragma unroll
+      for (unsigned y = 0; y < kSWg; ++y) {
+        mn_a = fmaxf(mn_a, sm.part_max[y][ha]);
+        mn_b = fmaxf(mn_b, sm.part_max[y][hb]);
       }
-    }
-    wgmma_wait<0>();
-    // ---- online softmax. Columns 8 i + 2 tig (+1) of this warpgroup's rows: tile rows kSRows x + ...
-    float mx_a = -INFINITY, mx_b = -INFINITY;
+      const float al_a = mn_a == -INFINITY ? 1.0f : exp2f(m_a - mn_a);
+      const float al_b = mn_b == -INFINITY ? 1.0f : exp2f(m_b - mn_b);
+      if constexpr (kS) {
+        float sum_a = 0.0f, sum_b = 0.0f;
 #pragma unroll
-    for (unsigned i = 0; i < kSRows / 8; ++i) {
-#pragma unroll
-      for (unsigned j = 0; j < 2; ++j) {
-        const unsigned r = kSRows * x + 8 * i + 2 * tig + j;
-        const bool valid = r < rows_here && rows[r] != nullptr;
-        s[4 * i + j] = valid ? s[4 * i + j] * p.scale_log2 : -INFINITY;
-        s[4 * i + 2 + j] = valid ? s[4 * i + 2 + j] * p.scale_log2 : -INFINITY;
-        mx_a = fmaxf(mx_a, s[4 * i + j]);
-        mx_b = fmaxf(mx_b, s[4 * i + 2 + j]);
+        for (unsigned i = 0; i < kSRows / 8; ++i) {
+          const unsigned r = kSRows * x + 8 * i + 2 * tig;
+          const float p0 = mn_a == -INFINITY ? 0.0f : exp2f(s[4 * i] - mn_a);
+          const float p1 = mn_a == -INFINITY ? 0.0f : exp2f(s[4 * i + 1] - mn_a);
+          const float p2 = mn_b == -INFINITY ? 0.0f : exp2f(s[4 * i + 2] - mn_b);
+          const float p3 = mn_b == -INFINITY ? 0.0f : exp2f(s[4 * i + 3] - mn_b);
+          const __half2 xa = __floats2half2_rn(p0, p1), xb = __floats2half2_rn(p2, p3);
+          *reinterpret_cast<__half2*>(sm.p + sw128_offset(ha, r, kAttnBlockHeads)) = xa;
+          *reinterpret_cast<__half2*>(sm.p + sw128_offset(hb, r, kAttnBlockHeads)) = xb;
+          const float2 fa = __half22float2(xa), fb = __half22float2(xb);
+          sum_a += fa.x + fa.y;
+          sum_b += fb.x + fb.y;
+        }
+        sum_a = quad_sum(sum_a);
+        sum_b = quad_sum(sum_b);
+        if (tig == 0) {
+          sm.part_sum[x][ha] = sum_a;
+          sm.part_sum[x][hb] = sum_b;
+        }
       }
-    }
-    mx_a = quad_max(mx_a);
-    mx_b = quad_max(mx_b);
-    if (tig == 0) {
-      sm.part_max[x][ha] = mx_a;
-      sm.part_max[x][hb] = mx_b;
-    }
-    __syncthreads();
-    float mn_a = m_a, mn_b = m_b;
+      // O *= alpha (register accumulators; the fence below orders these writes before the next wgmma), skipped
+      // by a warp whose maxima all stayed (alpha = 1 exactly: the product would not change a bit).
+      if (__any_sync(0xFFFFFFFFu, al_a != 1.0f || al_b != 1.0f)) scale_accumulator_rows(o, al_a, al_b);
+      fence_shared_for_async();
+      __syncthreads();  // P and every warpgroup's sums are in; every read of part_max is done
+      l_a *= al_a;
+      l_b *= al_b;
 #pragma unroll
-    for (unsigned y = 0; y < kWg; ++y) {
-      mn_a = fmaxf(mn_a, sm.part_max[y][ha]);
-      mn_b = fmaxf(mn_b, sm.part_max[y][hb]);
-    }
-    const float al_a = mn_a == -INFINITY ? 1.0f : exp2f(m_a - mn_a);
-    const float al_b = mn_b == -INFINITY ? 1.0f : exp2f(m_b - mn_b);
-    float sum_a = 0.0f, sum_b = 0.0f;
-#pragma unroll
-    for (unsigned i = 0; i < kSRows / 8; ++i) {
-      const unsigned r = kSRows * x + 8 * i + 2 * tig;
-      const float p0 = mn_a == -INFINITY ? 0.0f : exp2f(s[4 * i] - mn_a);
-      const float p1 = mn_a == -INFINITY ? 0.0f : exp2f(s[4 * i + 1] - mn_a);
-      const float p2 = mn_b == -INFINITY ? 0.0f : exp2f(s[4 * i + 2] - mn_b);
-      const float p3 = mn_b == -INFINITY ? 0.0f : exp2f(s[4 * i + 3] - mn_b);
-      const __half2 xa = __floats2half2_rn(p0, p1), xb = __floats2half2_rn(p2, p3);
-      *reinterpret_cast<__half2*>(sm.p + sw128_offset(ha, r, kAttnBlockHeads)) = xa;
-      *reinterpret_cast<__half2*>(sm.p + sw128_offset(hb, r, kAttnBlockHeads)) = xb;
-      const float2 fa = __half22float2(xa), fb = __half22float2(xb);
-      sum_a += fa.x + fa.y;
-      sum_b += fb.x + fb.y;
-    }
-    sum_a = quad_sum(sum_a);
-    sum_b = quad_sum(sum_b);
-    if (tig == 0) {
-      sm.part_sum[x][ha] = sum_a;
-      sm.part_sum[x][hb] = sum_b;
-    }
-    // O *= alpha (register accumulators; the fence below orders these writes before the next wgmma), skipped
-    // by a warp whose maxima all stayed (alpha = 1 exactly: the product would not change a bit).
-    if (__any_sync(0xFFFFFFFFu, al_a != 1.0f || al_b != 1.0f)) scale_accumulator_rows(o, al_a, al_b);
-    fence_shared_for_async();
-    __syncthreads();  // P and every warpgroup's sums are in; every read of part_max is done
-    l_a *= al_a;
-    l_b *= al_b;
-#pragma unroll
-    for (unsigned y = 0; y < kWg; ++y) {
-      l_a += sm.part_sum[y][ha];
-      l_b += sm.part_sum[y][hb];
-    }
-    m_a = mn_a;
-    m_b = mn_b;
-    // ---- O += P V for dims [kPvDims x, kPvDims (x + 1)): V = the tile as rows = K, k-step s = tile rows 16 s ...
-    wgmma_fence();
-#pragma unroll
-    for (unsigned nb = 0; nb < kPvBlocks; ++nb) {
-#pragma unroll
-      for (unsigned ks = 0; ks < kRows / 16; ++ks) {
-        wgmma_m64n64k16_ss<1>(o[nb], desc_p.at(ks * 32),
-                              desc_v.at(kb * kTileBytes + nb * (kRows * 128) + ks * 16 * 128), true);
+      for (unsigned y = 0; y < kSWg; ++y) {
+        l_a += sm.part_sum[y][ha];
+        l_b += sm.part_sum[y][hb];
       }
-    }
-    wgmma_commit();
-    if (has_next) {
-      if constexpr (kBf16Rows) {
-        cp_async_wait<0>();
-        widen_bf16_tile(sm.k[kb ^ 1u]);
-      } else {
-        decode_fp8_row_regs(sm.k[kb ^ 1u], fp8);
+      m_a = mn_a;
+      m_b = mn_b;
+      // ---- O += P V for dims [kPvDims x, kPvDims (x + 1)): V = the tile as rows = K, k-step s = tile rows 16 s ...
+      wgmma_fence();
+#pragma unroll
+      for (unsigned nb = 0; nb < kPvBlocks; ++nb) {
+#pragma unroll
+        for (unsigned ks = 0; ks < kRows / 16; ++ks) {
+          wgmma_m64n64k16_ss<1>(o[nb], desc_p.at(ks * 32),
+                                desc_v.at(kb * kTileBytes + nb * (kRows * 128) + ks * 16 * 128), true);
+        }
       }
+      wgmma_commit();
+      if (has_next) {
+        if constexpr (kBf16Rows) {
+          cp_async_wait<0>();
+          widen_bf16_tile(sm.k[kb ^ 1u]);
+        } else {
+          decode_fp8_row_regs(sm.k[kb ^ 1u], fp8);
+        }
+      }
+      wgmma_wait<0>();
+      // (The next iteration's barrier orders these reads of P and the tile before they are rewritten; the partial
+      // maxima / sums are rewritten only after it.)
     }
-    wgmma_wait<0>();
-    // (The next iteration's barrier orders these reads of P and the tile before they are rewritten; the partial
-    // maxima / sums are rewritten only after it.)
+  };
+  if constexpr (kSWg == kWg) {
+    run_tiles(std::true_type{});
+  } else if (s_group) {
+    run_tiles(std::true_type{});
+  } else {
+    run_tiles(std::false_type{});
   }
   // ---- the token's output (direct_output: this was its only split) or the partials: unnormalised O, running max
   // (log2 units) and sum per head. Either leaves through shared memory in bulk stores: warpgroup x stages its
