@@ -1,6 +1,6 @@
 // Hopper warpgroup MMA (wgmma, sm_90a) helpers for fp16 operands with f32 accumulation: the shared-memory
 // layout both operands use (128-byte swizzle), matrix descriptors, and the m64n64k16 instruction with A from
-// shared memory or from registers (m64n32k16 and m64n16k16 from shared memory, m64n128k16 from registers). A
+// shared memory or from registers (m64n32k16 from shared memory, m64n128k16 from registers). A
 // warpgroup is 4 consecutive warps (128 threads); its m64nNk16 accumulator gives thread t (warp w = t / 32, lane
 // l) rows 16 w + l / 4 and 16 w + l / 4 + 8 and, for each 8-column group i, columns 8 i + 2 (l % 4) and + 1:
 // d[4 i] (row, col), d[4 i + 1] (row, col + 1), d[4 i + 2] (row + 8, col), d[4 i + 3] (row + 8, col + 1) — the
@@ -108,16 +108,6 @@ __device__ __forceinline__ void wgmma_m64n32k16_ss(float (&d)[16], GmmaDesc a, G
       "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, da, db, p, 1, 1, 0, 0;\n}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
         "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-      : "r"(a.lo), "r"(a.hi), "r"(b.lo), "r"(b.hi), "r"(accumulate ? 1 : 0));
-}
-
-// d (64 x 16, f32, 8 registers per thread) = (accumulate ? d : 0) + A (64 x 16) * B (16 x 16), both K-major.
-__device__ __forceinline__ void wgmma_m64n16k16_ss(float (&d)[8], GmmaDesc a, GmmaDesc b, bool accumulate) {
-  asm volatile(
-      "{\n.reg .pred p;\n.reg .b64 da, db;\nmov.b64 da, {%8, %9};\nmov.b64 db, {%10, %11};\n"
-      "setp.ne.b32 p, %12, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7}, da, db, p, 1, 1, 0, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
       : "r"(a.lo), "r"(a.hi), "r"(b.lo), "r"(b.hi), "r"(accumulate ? 1 : 0));
 }
 

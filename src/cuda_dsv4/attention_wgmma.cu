@@ -2,10 +2,9 @@
 // contract as attention_split_kernel (attention.cu: one token, one split of its row list, partial O / m / l for
 // the merge kernel), with the query and each decoded row tile held once in shared memory in the SW128 layout
 // (wgmma.cuh) and read by the tensor cores directly. Per 64-row tile:
-//   decode rows to fp16 (all threads) -> S = Q K^T: warpgroup x of the S warpgroups (kSWarpgroups: all W for a
-//   decode step, two for a prefill chunk's direct output) takes rows [64 x / S, 64 (x + 1) / S) of the tile, all 64
-//   heads, K = 512 (32 m64n32k16 for S = 2, m64n16k16 for S = 4) -> online softmax in registers (per-head maxima
-//   and sums exchanged between them through shared memory) -> P (fp16, 64 heads x 64 rows) to shared memory ->
+//   decode rows to fp16 (all threads) -> S = Q K^T: warpgroup x < 2 (kSWarpgroups) takes rows [32 x, 32 x + 32)
+//   of the tile, all 64 heads, K = 512 (32 m64n32k16) -> online softmax in registers (per-head maxima and sums
+//   exchanged between the two through shared memory) -> P (fp16, 64 heads x 64 rows) to shared memory ->
 //   O += P V: warpgroup x of W takes dims [512 x / W, 512 (x + 1) / W) (m64n64k16, V = the tile read MN-major).
 // W = 2 warpgroups for BF16 rows, 4 for FP8 rows (WgShape): with four, a thread holds half of O (64 registers
 // instead of 128), so 16 warps fit at 128 registers, and each warp decodes half as many FP8 pieces (cuda-dsv4-
@@ -14,7 +13,7 @@
 // fp16 in place (bf16 and fp16 are both 2 bytes); FP8 rows (584 bytes) are loaded into registers and decoded
 // into one of the two buffers. Either way P V of one tile runs on the tensor cores while the next tile is widened
 // or decoded.
-// Shared-memory reads per tile: Q S times (64 KB each), the tile twice (S and PV: 128 KB), P W times (8 KB each),
+// Shared-memory reads per tile: Q twice (64 KB each), the tile twice (S and PV: 128 KB), P W times (8 KB each),
 // against ~800 KB for the mma.sync kernel, whose fragments are reloaded per warp. tests/cuda_dsv4/wgmma_test.cpp checks
 // the wgmma conventions this relies on; the attention tests check this kernel (attention.cu launches it for
 // 64-head blocks).
@@ -51,14 +50,14 @@ struct WgShape {
   static constexpr unsigned pv_dims = kHeadDim / warpgroups;
   static constexpr unsigned pv_blocks = pv_dims / 64;
 };
-// The warpgroups that compute S = Q K^T (and the softmax's P) for their kRows / s_warpgroups rows of each tile;
-// the others wait at the softmax's last barrier. Every S instruction reads all of Q from shared memory, so fewer,
-// wider ones read it fewer times: for the FP8 rows of a prefill chunk (the direct output), S on two of the four
-// warpgroups (m64n32k16) made the chunk's attention 8 % faster, but the same split made the decode step's
-// attention 10 % slower at batch 8 x 1M (docs/cuda-dsv4-kernels.md, round 25), so the decode instances keep S on
-// every warpgroup.
-template <bool kBf16Rows, bool kDirect>
-constexpr unsigned kSWarpgroups = kDirect ? 2 : WgShape<kBf16Rows>::warpgroups;
+// The warpgroups that compute S = Q K^T (and the softmax's P), each for kRows / kSWarpgroups rows of every tile:
+// two, also when the block has four (FP8 rows). Every S instruction reads all of Q from shared memory, so two
+// warpgroups' m64n32k16 read it half as often as four warpgroups' m64n16k16; the other two wait at the softmax's
+// last barrier. Measured (docs/cuda-dsv4-kernels.md, round 25): FP8 rows' attention 4.5 % faster at batch 8 x 1M
+// and 10 % faster in a prefill chunk — once the S warpgroups' loop spilled nothing: with eight P addresses and
+// the row-pointer lookups kept in registers, 36 bytes spilled, and the decode step's attention ran 10 % slower
+// instead (local memory beside ~204 KB of shared memory leaves the reloads little L1).
+constexpr unsigned kSWarpgroups = 2;
 constexpr unsigned kMaxWarpgroups = 4;
 constexpr unsigned kBf16Threads = WgShape<true>::threads;  // 256
 constexpr unsigned kFp8Threads = WgShape<false>::threads;  // 512
@@ -182,6 +181,12 @@ __device__ __forceinline__ void warpgroup_barrier(unsigned x) {
   asm volatile("bar.sync %0, 128;\n" ::"r"(x + 1) : "memory");
 }
 
+// v, hidden from the optimiser: values computed from it cannot be hoisted out of the loop that computes them.
+__device__ __forceinline__ unsigned opaque(unsigned v) {
+  asm volatile("" : "+r"(v));
+  return v;
+}
+
 __device__ __forceinline__ float quad_max(float v) {
   v = fmaxf(v, __shfl_xor_sync(0xFFFFFFFFu, v, 1));
   return fmaxf(v, __shfl_xor_sync(0xFFFFFFFFu, v, 2));
@@ -200,8 +205,9 @@ template <bool kBf16Rows, bool kDirect>
 __global__ void __launch_bounds__(WgShape<kBf16Rows>::threads, 1) attention_split_wgmma_kernel(AttentionParams p) {
   wait_for_previous_grid();
   using Shape = WgShape<kBf16Rows>;
-  constexpr unsigned kThreads = Shape::threads, kWg = Shape::warpgroups, kSWg = kSWarpgroups<kBf16Rows, kDirect>;
+  constexpr unsigned kThreads = Shape::threads, kWg = Shape::warpgroups, kSWg = kSWarpgroups;
   constexpr unsigned kSRows = kRows / kSWg;
+  static_assert(kSRows == 32, "S as m64n32k16");
   constexpr unsigned kPvDims = Shape::pv_dims, kPvBlocks = Shape::pv_blocks;
   extern __shared__ std::uint8_t smem_raw[];
   WgSmem& sm = *reinterpret_cast<WgSmem*>(
@@ -215,8 +221,12 @@ __global__ void __launch_bounds__(WgShape<kBf16Rows>::threads, 1) attention_spli
   if (range.empty()) return write_empty_split<kDirect>(p, token, h0, kAttnBlockHeads, split);
   const std::uint32_t nw = range.nw, r_begin = range.begin, r_end = range.end();
   auto part_of = [&](std::uint32_t h) { return partial_index(p, token, h0, h, split); };
+  // The last kRows threads look up a tile's row pointers: with S on fewer warpgroups than W they are outside the
+  // S warpgroups, whose registers are the scarcer (round 25).
+  static_assert(kThreads - kRows >= 128 * kSWg || kSWg == kWg, "the row pointers' threads are outside S");
   auto tile_rows = [&](const std::uint8_t** rows, std::uint32_t t0) {
-    if (tid < kRows) rows[tid] = t0 + tid < r_end ? attention_row_pointer(p, d, token, t0 + tid, nw) : nullptr;
+    const unsigned r = tid - (kThreads - kRows);
+    if (tid >= kThreads - kRows) rows[r] = t0 + r < r_end ? attention_row_pointer(p, d, token, t0 + r, nw) : nullptr;
   };
   // The query, 64 heads x 512 floats, becomes SW128 fp16 (8-byte stores of 4 values): float4 j of this thread is
   // dims c .. c + 3 (c = 4 (tid % 128)) of head W j + x = W (j % (8 / W)) + x + 8 (j / (8 / W)), whose SW128 XOR
@@ -282,7 +292,10 @@ __global__ void __launch_bounds__(WgShape<kBf16Rows>::threads, 1) attention_spli
       const bool has_next = t0 + kRows < r_end;
       const std::uint8_t* const* rows = sm.rows[cur];
       const unsigned kb = cur;  // this tile's buffer
-      if (has_next) tile_rows(sm.rows[cur ^ 1u], t0 + kRows);
+      // (With S on fewer warpgroups, the loop of the S warpgroups carries no code for the row pointers.)
+      if constexpr (kSWg == kWg || !kS) {
+        if (has_next) tile_rows(sm.rows[cur ^ 1u], t0 + kRows);
+      }
       fence_shared_for_async();
       __syncthreads();  // the tile is fp16 (and the query); the next tile's row pointers are visible; the previous
                         // tile's P V is done (waited below), so its buffer and P are free
@@ -306,22 +319,19 @@ __global__ void __launch_bounds__(WgShape<kBf16Rows>::threads, 1) attention_spli
 #pragma unroll
         for (unsigned ks = 0; ks < kHeadDim / 16; ++ks) {
           const unsigned col = (ks / 4) * (kRows * 128) + (ks % 4) * 32;
-          if constexpr (kSRows == 32) {
-            wgmma_m64n32k16_ss(s, desc_q.at(col), desc_k.at(kb * kTileBytes + col), ks > 0);
-          } else {
-            wgmma_m64n16k16_ss(s, desc_q.at(col), desc_k.at(kb * kTileBytes + col), ks > 0);
-          }
+          wgmma_m64n32k16_ss(s, desc_q.at(col), desc_k.at(kb * kTileBytes + col), ks > 0);
         }
         wgmma_commit();
         load_next();
         wgmma_wait<0>();
         // ---- online softmax. Columns 8 i + 2 tig (+1) of this warpgroup's rows: tile rows kSRows x + ...
         float mx_a = -INFINITY, mx_b = -INFINITY;
+        const unsigned r0 = opaque(kSRows * x + 2 * tig);  // (as P's addresses below: one register, not eight)
 #pragma unroll
         for (unsigned i = 0; i < kSRows / 8; ++i) {
 #pragma unroll
           for (unsigned j = 0; j < 2; ++j) {
-            const unsigned r = kSRows * x + 8 * i + 2 * tig + j;
+            const unsigned r = r0 + 8 * i + j;
             const bool valid = r < rows_here && rows[r] != nullptr;
             s[4 * i + j] = valid ? s[4 * i + j] * p.scale_log2 : -INFINITY;
             s[4 * i + 2 + j] = valid ? s[4 * i + 2 + j] * p.scale_log2 : -INFINITY;
@@ -349,16 +359,23 @@ __global__ void __launch_bounds__(WgShape<kBf16Rows>::threads, 1) attention_spli
       const float al_b = mn_b == -INFINITY ? 1.0f : exp2f(m_b - mn_b);
       if constexpr (kS) {
         float sum_a = 0.0f, sum_b = 0.0f;
+        // P's store addresses, from the thread index made opaque here: otherwise ptxas keeps all eight
+        // (loop-invariant) in registers for the whole loop, and with S on two warpgroups they spilled to local
+        // memory, whose reloads sat on every tile's softmax (round 25).
+        const unsigned ptid = opaque(tid), pg = (ptid % 32) / 4, pa = 16 * ((ptid / 32) % 4) + pg;
+        std::uint8_t* const prow = sm.p + pa * 128 + 4 * (ptid % 4);
 #pragma unroll
         for (unsigned i = 0; i < kSRows / 8; ++i) {
-          const unsigned r = kSRows * x + 8 * i + 2 * tig;
           const float p0 = mn_a == -INFINITY ? 0.0f : exp2f(s[4 * i] - mn_a);
           const float p1 = mn_a == -INFINITY ? 0.0f : exp2f(s[4 * i + 1] - mn_a);
           const float p2 = mn_b == -INFINITY ? 0.0f : exp2f(s[4 * i + 2] - mn_b);
           const float p3 = mn_b == -INFINITY ? 0.0f : exp2f(s[4 * i + 3] - mn_b);
           const __half2 xa = __floats2half2_rn(p0, p1), xb = __floats2half2_rn(p2, p3);
-          *reinterpret_cast<__half2*>(sm.p + sw128_offset(ha, r, kAttnBlockHeads)) = xa;
-          *reinterpret_cast<__half2*>(sm.p + sw128_offset(hb, r, kAttnBlockHeads)) = xb;
+          // sw128_offset(ha, r, 64) and (hb, r, 64) for r = kSRows x + 8 i + 2 tig: rows ha and hb = ha + 8 share
+          // the XOR term pg = ha % 8.
+          std::uint8_t* const pc = prow + ((((kSRows * (ptid / 128)) / 8 + i) ^ pg) << 4);
+          *reinterpret_cast<__half2*>(pc) = xa;
+          *reinterpret_cast<__half2*>(pc + 8 * 128) = xb;
           const float2 fa = __half22float2(xa), fb = __half22float2(xb);
           sum_a += fa.x + fa.y;
           sum_b += fb.x + fb.y;
