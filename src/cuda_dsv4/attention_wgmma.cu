@@ -52,11 +52,11 @@ struct WgShape {
 };
 // The warpgroups that compute S = Q K^T (and the softmax's P), each for kRows / kSWarpgroups rows of every tile:
 // two, also when the block has four (FP8 rows). Every S instruction reads all of Q from shared memory, so two
-// warpgroups' m64n32k16 read it half as often as four warpgroups' m64n16k16; the other two wait at the softmax's
-// last barrier. Measured (docs/cuda-dsv4-kernels.md, round 25): FP8 rows' attention 4.5 % faster at batch 8 x 1M
-// and 10 % faster in a prefill chunk — once the S warpgroups' loop spilled nothing: with eight P addresses and
-// the row-pointer lookups kept in registers, 36 bytes spilled, and the decode step's attention ran 10 % slower
-// instead (local memory beside ~204 KB of shared memory leaves the reloads little L1).
+// warpgroups' m64n32k16 read it half as often as four warpgroups' m64n16k16; the other two only meet them at
+// the softmax's two barriers. Measured (docs/cuda-dsv4-kernels.md, round 25): FP8 rows' attention 4.5 % faster
+// at batch 8 x 1M and 10 % faster in a prefill chunk — once the S warpgroups' loop spilled nothing: with eight P
+// addresses and the row-pointer lookups kept in registers, 36 bytes spilled, and the decode step's attention ran
+// 10 % slower instead (local memory beside ~204 KB of shared memory leaves the reloads little L1).
 constexpr unsigned kSWarpgroups = 2;
 constexpr unsigned kMaxWarpgroups = 4;
 constexpr unsigned kBf16Threads = WgShape<true>::threads;  // 256
