@@ -31,8 +31,7 @@ def demangle(symbol):
     except (OSError, subprocess.CalledProcessError):
         return symbol
     name = re.sub(r"\(anonymous namespace\)::", "", name)
-    name = re.sub(r"kvcompact::cuda::(?:dsv4::|tq::)?detail::", "", name)
-    return re.sub(r"\(kvcompact::[^)]*\)$", "", name)
+    return re.sub(r"kvcompact::cuda::(?:dsv4::|tq::)?detail::", "", name)
 
 
 def kernels(path):
