@@ -12,7 +12,8 @@
 //      when the block's share fits (32768 rows: batch 1 up to 2M context, batch 8 up to 1M), stages their order
 //      keys in shared memory for the second digit; otherwise that one reads the scores again. While passing
 //      over them the second time a block keeps the keys at or above the first digit's boundary bin in shared
-//      memory (if they fit, which they do unless most scores share their leading 11 bits), and the later
+//      memory (if they fit, which they do unless many scores share their leading 11 bits; a block whose keys
+//      did not fit keeps those at or above the 22-bit prefix in the third digit's pass instead), and the later
 //      digits and the selection scan only those.
 //   Code size matters here: every pass is inlined and unrolled, and a version whose code had grown by half
 //   (staging with a second 16-deep loop form) ran 1-3 % slower per decode step even where it did not stage, so
@@ -70,11 +71,13 @@ static_assert(sizeof(TopkSmem) <= 227 * 1024, "one block per multiprocessor on s
 
 // Monotone map of a float to uint32 (larger float -> larger key); -0 is +0 (the CPU compares them equal);
 // every NaN maps to 0, below every number (then the index decides, as on the CPU).
+// Integer form (six instructions; the branchy float form took eight): negative numbers are complemented, the
+// others get the top bit, by one XOR with (sign replicated) | top bit.
 __device__ __forceinline__ std::uint32_t order_key(float s) {
-  if (s != s) return 0u;
-  if (s == 0.0f) s = 0.0f;
-  const std::uint32_t b = __float_as_uint(s);
-  return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+  std::uint32_t b = __float_as_uint(s);
+  if (b == 0x80000000u) b = 0u;  // -0 -> +0
+  const std::uint32_t u = b ^ (static_cast<std::uint32_t>(static_cast<std::int32_t>(b) >> 31) | 0x80000000u);
+  return s != s ? 0u : u;
 }
 
 // (order key, ~index): distinct for distinct rows, and "higher score, then lower index" is unsigned order.
@@ -210,6 +213,7 @@ __global__ void __launch_bounds__(kThreads, 1) topk_kernel(TopkParams p) {
   // ---- 1. radix select: afterwards the kk best keys are those with (key >> shift) >= prefix.
   std::uint64_t prefix = 0;
   std::uint32_t krem = kk;
+  std::uint32_t bin_count = n;  // the cluster's keys in the boundary bin of the digits so far
   unsigned shift = 64;
   bool whole = kk == n;
   for (unsigned b = tid; b < kBins; b += kThreads) sm.total[0][b] = sm.total[1][b] = 0;
@@ -242,13 +246,20 @@ __global__ void __launch_bounds__(kThreads, 1) topk_kernel(TopkParams p) {
       });
       listed = fill;
     } else {
+      // A block whose keys at or above the first digit's boundary bin did not fit its list (most of its keys in
+      // that bin, as the benchmark's scores at batch 8 have it) keeps the keys at or above the prefix in this
+      // pass instead: the cluster holds kk - krem of them above the prefix's bin and bin_count in it, which fit
+      // unless scores tie massively, so the later digits and the selection scan the list, not every row again.
+      const bool fill = !listed && kk - krem + bin_count <= kListCap;
       __syncthreads();
       const std::uint64_t match = prefix;
       const unsigned high = shift + bits;
       for_each_key([&](bool valid, std::uint64_t key) {
-        const bool counted = valid && (key >> high) == match;
-        count_warp(counted, static_cast<std::uint32_t>(key >> shift) & ((1u << bits) - 1u), hist);
+        const std::uint64_t lead = key >> high;
+        count_warp(valid && lead == match, static_cast<std::uint32_t>(key >> shift) & ((1u << bits) - 1u), hist);
+        if (fill) append_warp(valid && lead >= match, key, &sm.list_count, sm.list);
       });
+      listed = listed || fill;
     }
     __syncthreads();  // this block's histogram (and list) is complete
     // The cluster's histogram: every block adds its nonzero bins into every block's total with remote atomics
@@ -281,7 +292,8 @@ __global__ void __launch_bounds__(kThreads, 1) topk_kernel(TopkParams p) {
     __syncthreads();
     krem -= sm.above;
     prefix = (prefix << bits) | sm.bin;
-    whole = sm.cnt == krem;
+    bin_count = sm.cnt;
+    whole = bin_count == krem;
     __syncthreads();  // (sm.bin / above / cnt are rewritten by the next digit)
   }
 
