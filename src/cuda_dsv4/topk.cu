@@ -65,7 +65,7 @@ struct TopkSmem {
   };
   std::uint32_t list_count;    // keys in list
   std::uint32_t chosen_count;  // leader block: slots taken in chosen
-  std::uint32_t bin, above, cnt;
+  std::uint32_t bin[2], above[2], cnt[2];  // the digit's boundary bin (by parity: no barrier before the next digit)
 };
 static_assert(sizeof(TopkSmem) <= 227 * 1024, "one block per multiprocessor on sm_90 (227 KB of shared memory)");
 
@@ -159,6 +159,21 @@ __global__ void __launch_bounds__(kThreads, 1) topk_kernel(TopkParams p) {
       return cluster.map_shared_rank(ptr, block);
     }
   };
+  // The first cluster barrier in two halves, so that its round trip overlaps the first pass over the scores:
+  // a block arrives once its totals and counters are zero and waits just before it first adds into another's.
+  bool arrival_pending = false;
+  auto arrive_cluster = [&] {
+    if constexpr (Cluster == 1) {
+      __syncthreads();
+    } else {
+      asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+      arrival_pending = true;
+    }
+  };
+  auto finish_arrival = [&] {
+    if (arrival_pending) asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+    arrival_pending = false;
+  };
   const unsigned rank = Cluster == 1 ? 0u : cluster.block_rank(), tid = threadIdx.x;
   const std::uint32_t token = Cluster == 1 ? blockIdx.x : blockIdx.y;
   const std::uint32_t n = token_rows(p, token);
@@ -217,7 +232,7 @@ __global__ void __launch_bounds__(kThreads, 1) topk_kernel(TopkParams p) {
   unsigned shift = 64;
   bool whole = kk == n;
   for (unsigned b = tid; b < kBins; b += kThreads) sm.total[0][b] = sm.total[1][b] = 0;
-  sync_cluster();  // every block's totals and counters are zero before any block adds or appends to them
+  arrive_cluster();  // this block's totals and counters are zero (no block adds or appends to them before its wait)
   for (unsigned digit = 0; digit < 6 && !whole; ++digit) {
     const unsigned bits = digit % 3 == 2 ? 10u : 11u;
     shift -= bits;
@@ -262,6 +277,7 @@ __global__ void __launch_bounds__(kThreads, 1) topk_kernel(TopkParams p) {
       listed = listed || fill;
     }
     __syncthreads();  // this block's histogram (and list) is complete
+    finish_arrival();  // (digit 0: every block's totals are zero)
     // The cluster's histogram: every block adds its nonzero bins into every block's total with remote atomics
     // (a token's keys fall into few bins of a digit, so this is a few hundred to a few thousand atomics per
     // block; reading every block's whole histogram instead made distributed shared memory this kernel's
@@ -283,21 +299,22 @@ __global__ void __launch_bounds__(kThreads, 1) topk_kernel(TopkParams p) {
     std::uint32_t incl = 0;
     BlockScan(sm.scan).InclusiveSum(c0 + c1, incl);
     const std::uint32_t excl = incl - c0 - c1;
+    const unsigned parity = digit & 1u;
     if (excl < krem && krem <= incl) {
       const bool first = excl + c0 >= krem;
-      sm.bin = first ? kBins - 1 - 2 * tid : kBins - 2 - 2 * tid;
-      sm.above = first ? excl : excl + c0;
-      sm.cnt = first ? c0 : c1;
+      sm.bin[parity] = first ? kBins - 1 - 2 * tid : kBins - 2 - 2 * tid;
+      sm.above[parity] = first ? excl : excl + c0;
+      sm.cnt[parity] = first ? c0 : c1;
     }
     __syncthreads();
-    krem -= sm.above;
-    prefix = (prefix << bits) | sm.bin;
-    bin_count = sm.cnt;
+    krem -= sm.above[parity];
+    prefix = (prefix << bits) | sm.bin[parity];
+    bin_count = sm.cnt[parity];
     whole = bin_count == krem;
-    __syncthreads();  // (sm.bin / above / cnt are rewritten by the next digit)
   }
 
   // ---- 2. send the selected keys to the leader (exactly kk: the keys are distinct).
+  finish_arrival();  // (when no digit ran)
   std::uint32_t* leader_count = remote(&sm.chosen_count, 0);
   std::uint64_t* leader_chosen = remote(sm.chosen, 0);
   {
