@@ -254,9 +254,8 @@ __global__ void __launch_bounds__(kThreads, 1) topk_kernel(TopkParams p) {
       });
       listed = fill;
     } else {
-      // A block whose keys at or above the first digit's boundary bin did not fit its list (most of its keys in
-      // that bin, as the benchmark's scores at batch 8 have it) keeps the keys at or above the prefix in this
-      // pass instead: the cluster holds kk - krem of them above the prefix's bin and bin_count in it, which fit
+      // A block whose keys at or above the first digit's boundary bin did not fit its list (many of its keys in
+      // that bin) keeps the keys at or above the prefix in this pass instead: the cluster holds kk - krem of them above the prefix's bin and bin_count in it, which fit
       // unless scores tie massively, so the later digits and the selection scan the list, not every row again.
       const bool fill = !listed && kk - krem + bin_count <= kListCap;
       __syncthreads();
