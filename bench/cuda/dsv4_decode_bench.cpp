@@ -7,7 +7,10 @@
 // launches), the bytes the step must read, the HBM floor from the device-to-device copy bandwidth measured
 // in the same run, and a 4096-token prefill chunk's throughput. CSV with --csv FILE; --quick: fewer cases;
 // --only STORAGE BATCH CONTEXT: one decode case; --no-prefill / --prefill-only: without / only the prefill chunks
-// (--only STORAGE 1 65536 --prefill-only: that storage's chunk alone).
+// (--only STORAGE 1 65536 --prefill-only: that storage's chunk alone). The rows repeat a pool of 1024 model-like
+// rows, so every indexer score occurs many times over; --distinct-indexer-rows flips the signs of a random half
+// of each indexer row's values (the rows stay on their grid), which makes the rows and the scores distinct, as a
+// model's are (docs/cuda-dsv4-kernels.md, round 26: the top-k's path depends on ties).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -24,6 +27,7 @@
 #include <vector>
 
 #include "bench_util.hpp"
+#include "fill.hpp"
 #include "kvcompact/cuda/dsv4_kernels.hpp"
 #include "kvcompact/cuda/runtime.hpp"
 #include "kvcompact/dsv4/config.hpp"
@@ -174,7 +178,7 @@ struct Step {
 
 // prefill_chunk == 0: decode of `batch` sequences at t = ctx - 1; else one sequence, chunk ending at ctx - 1.
 void build(Step& S, const kd::ModelConfig& model, const Storage& st, std::uint64_t ctx, std::uint32_t batch,
-           std::uint32_t prefill_chunk, std::mt19937_64& rng) {
+           std::uint32_t prefill_chunk, bool distinct_indexer_rows, std::mt19937_64& rng) {
   S.model = &model;
   S.st = st;
   S.batch = prefill_chunk == 0 ? batch : 1;
@@ -202,6 +206,10 @@ void build(Step& S, const kd::ModelConfig& model, const Storage& st, std::uint64
   S.pool_i = upload(indexer_pool(rng, st.index, 1024));
   replicate(static_cast<std::uint8_t*>(S.att.data()), att_rows, static_cast<const std::uint8_t*>(S.pool_a.data()), 1024, rb, nullptr);
   replicate(static_cast<std::uint8_t*>(S.idx.data()), idx_rows, static_cast<const std::uint8_t*>(S.pool_i.data()), 1024, ib, nullptr);
+  if (distinct_indexer_rows && idx_rows != 0) {
+    const int format = st.index == kd::IndexerStorage::Bf16 ? 0 : st.index == kd::IndexerStorage::Fp8 ? 1 : 2;
+    CUDA_CHECK(static_cast<cudaError_t>(bench::flip_indexer_signs(S.idx.data(), idx_rows, format, ib, rng())));
+  }
   S.chunk = alloc(std::uint64_t{S.tokens} * rb * (prefill_chunk == 0 ? 0 : 1));
   if (prefill_chunk != 0) {
     replicate(static_cast<std::uint8_t*>(S.chunk.data()), S.tokens, static_cast<const std::uint8_t*>(S.pool_a.data()), 1024, rb, nullptr);
@@ -285,7 +293,7 @@ double graph_us(Step& S, cudaStream_t s, int reps) {
 
 int main(int argc, char** argv) {
   std::string csv_path;
-  bool quick = false, no_prefill = false, prefill_only = false;
+  bool quick = false, no_prefill = false, prefill_only = false, distinct_indexer_rows = false;
   std::string only_storage;
   std::uint64_t only_ctx = 0;
   std::uint32_t only_batch = 0;
@@ -303,6 +311,7 @@ int main(int argc, char** argv) {
     // --prefill-only: the prefill chunks alone (for an A/B of the prefill path); after --only STORAGE ..., that
     // storage's chunk alone (for a profiler).
     if (std::strcmp(argv[i], "--prefill-only") == 0) prefill_only = true;
+    if (std::strcmp(argv[i], "--distinct-indexer-rows") == 0) distinct_indexer_rows = true;
   }
   if (prefill_only) no_prefill = false;
   (void)bench::require_device();
@@ -344,7 +353,7 @@ int main(int argc, char** argv) {
     for (std::uint64_t ctx : contexts) {
       for (std::uint32_t b : batches) {
         Step S;
-        build(S, model, st, ctx, b, 0, rng);
+        build(S, model, st, ctx, b, 0, distinct_indexer_rows, rng);
         const double us = bench::median_us(2, reps, [&] { S.enqueue(0, stream); }, stream);
         const double ius = bench::median_us(1, reps, [&] { S.enqueue(1, stream); }, stream);
         const double aus = bench::median_us(1, reps, [&] { S.enqueue(2, stream); }, stream);
@@ -371,7 +380,7 @@ int main(int argc, char** argv) {
     for (const Storage& st : storages) {
       if (prefill_only && !only_storage.empty() && only_storage != st.name) continue;
       Step S;
-      build(S, model, st, 65536, 1, 4096, rng);
+      build(S, model, st, 65536, 1, 4096, distinct_indexer_rows, rng);
       const double us = bench::median_us(1, 2, [&] { S.enqueue(0, stream); }, stream);
       const double ius = bench::median_us(0, 1, [&] { S.enqueue(1, stream); }, stream);
       const double aus = bench::median_us(0, 1, [&] { S.enqueue(2, stream); }, stream);

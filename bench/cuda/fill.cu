@@ -39,7 +39,35 @@ __global__ void fill_bf16(__nv_bfloat16* p, std::uint64_t n, std::uint64_t seed)
   }
 }
 
+// One thread per 8 bytes of a row's value bytes (256 / 128 / 64 of them): a bit of mix(row, word) per value.
+__global__ void flip_signs(std::uint8_t* rows, std::uint64_t count, int format, std::uint64_t row_bytes,
+                           std::uint64_t seed) {
+  const unsigned value_bytes = format == 0 ? 256u : format == 1 ? 128u : 64u, words = value_bytes / 8;
+  for (std::uint64_t i = blockIdx.x * std::uint64_t{blockDim.x} + threadIdx.x; i < count * words;
+       i += std::uint64_t{gridDim.x} * blockDim.x) {
+    std::uint8_t* b = rows + (i / words) * row_bytes + (i % words) * 8;
+    const std::uint64_t r = mix(i ^ seed);
+    for (unsigned k = 0; k < 8; ++k) {
+      if (format == 0) {  // bf16: the sign is bit 7 of the pair's high byte
+        if (k % 2 == 1 && ((r >> k) & 1u) != 0 && ((b[k] & 0x7Fu) | b[k - 1]) != 0) b[k] ^= 0x80u;
+      } else if (format == 1) {  // e4m3: bit 7
+        if (((r >> k) & 1u) != 0 && (b[k] & 0x7Fu) != 0) b[k] ^= 0x80u;
+      } else {  // two e2m1 nibbles: bit 3 of each
+        if (((r >> (2 * k)) & 1u) != 0 && (b[k] & 0x07u) != 0) b[k] ^= 0x08u;
+        if (((r >> (2 * k + 1)) & 1u) != 0 && (b[k] & 0x70u) != 0) b[k] ^= 0x80u;
+      }
+    }
+  }
+}
+
 }  // namespace
+
+int flip_indexer_signs(void* rows, std::uint64_t count, int format, std::uint64_t row_bytes, std::uint64_t seed) {
+  flip_signs<<<1024, 256>>>(static_cast<std::uint8_t*>(rows), count, format, row_bytes, seed);
+  cudaError_t err = cudaGetLastError();
+  if (err == cudaSuccess) err = cudaDeviceSynchronize();
+  return static_cast<int>(err);
+}
 
 int fill_layer_random(void* layer, const FillRegions& r, std::uint64_t seed) {
   auto* base = static_cast<std::uint8_t*>(layer);
