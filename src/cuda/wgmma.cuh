@@ -1,6 +1,6 @@
 // Hopper warpgroup MMA (wgmma, sm_90a) helpers for fp16 operands with f32 accumulation: the shared-memory
 // layout both operands use (128-byte swizzle), matrix descriptors, and the m64n64k16 instruction with A from
-// shared memory or from registers (m64n32k16 from shared memory, m64n128k16 from registers). A
+// shared memory or from registers (m64n32k16 from shared memory, m64n128k16 from either). A
 // warpgroup is 4 consecutive warps (128 threads); its m64nNk16 accumulator gives thread t (warp w = t / 32, lane
 // l) rows 16 w + l / 4 and 16 w + l / 4 + 8 and, for each 8-column group i, columns 8 i + 2 (l % 4) and + 1:
 // d[4 i] (row, col), d[4 i + 1] (row, col + 1), d[4 i + 2] (row + 8, col), d[4 i + 3] (row + 8, col + 1) — the
@@ -109,6 +109,18 @@ __device__ __forceinline__ void wgmma_m64n32k16_ss(float (&d)[16], GmmaDesc a, G
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
         "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
       : "r"(a.lo), "r"(a.hi), "r"(b.lo), "r"(b.hi), "r"(accumulate ? 1 : 0));
+}
+
+// d (64 x 128, f32: d[0] columns 0-63, d[1] columns 64-127, each in the m64n64 layout) = (accumulate ? d : 0) +
+// A (64 x 16, descriptor) * B (16 x 128, descriptor; B's two 64-column blocks the leading byte offset apart).
+template <int kTransB>
+__device__ __forceinline__ void wgmma_m64n128k16_ss(float (&d)[2][32], GmmaDesc a, GmmaDesc b, bool accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\n.reg .b64 da, db;\nmov.b64 da, {%64, %65};\nmov.b64 db, {%66, %67};\n"
+      "setp.ne.b32 p, %68, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {" KVC_WGMMA_REGS64 "}, da, db, p, 1, 1, 0, %69;\n}\n"
+      : KVC_WGMMA_D32_OPERANDS(d[0]), KVC_WGMMA_D32_OPERANDS(d[1])
+      : "r"(a.lo), "r"(a.hi), "r"(b.lo), "r"(b.hi), "r"(accumulate ? 1 : 0), "n"(kTransB));
 }
 
 // As above with A from registers: this thread's mma.sync-style A fragment of its warp's 16 rows (a[0]: row

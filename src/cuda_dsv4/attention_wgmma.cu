@@ -5,18 +5,21 @@
 //   decode rows to fp16 (all threads) -> S = Q K^T: warpgroup x < 2 (kSWarpgroups) takes rows [32 x, 32 x + 32)
 //   of the tile, all 64 heads, K = 512 (32 m64n32k16) -> online softmax in registers (per-head maxima and sums
 //   exchanged between the two through shared memory) -> P (fp16, 64 heads x 64 rows) to shared memory ->
-//   O += P V: warpgroup x of W takes dims [512 x / W, 512 (x + 1) / W) (m64n64k16, V = the tile read MN-major).
+//   O += P V: warpgroup x of W takes dims [512 x / W, 512 (x + 1) / W) (m64n128k16, V = the tile read MN-major).
 // W = 2 warpgroups for BF16 rows, 4 for FP8 rows (WgShape): with four, a thread holds half of O (64 registers
 // instead of 128), so 16 warps fit at 128 registers, and each warp decodes half as many FP8 pieces (cuda-dsv4-
 // kernels.md, round 20: FP8 attention 1.5-2 % faster; BF16 rows, whose tiles come by cp.async, 2.5 % slower).
 // BF16 rows are copied by cp.async straight into their SW128 places of one of two tile buffers and widened to
 // fp16 in place (bf16 and fp16 are both 2 bytes); FP8 rows (584 bytes) are loaded into registers and decoded
-// into one of the two buffers. Either way P V of one tile runs on the tensor cores while the next tile is widened
-// or decoded.
-// Shared-memory reads per tile: Q twice (64 KB each), the tile twice (S and PV: 128 KB), P W times (8 KB each),
-// against ~800 KB for the mma.sync kernel, whose fragments are reloaded per warp. tests/cuda_dsv4/wgmma_test.cpp checks
-// the wgmma conventions this relies on; the attention tests check this kernel (attention.cu launches it for
-// 64-head blocks).
+// into one of the two buffers, in both cases after P V of the previous tile is issued. (A warpgroup MMA's issue
+// waits until the tensor cores take it, so that decode mostly follows P V rather than overlapping it: phase
+// timing, round 27 in docs/cuda-dsv4-kernels.md.)
+// Shared memory is what bounds the MMAs: with both operands there they run at its bandwidth, 128 bytes per cycle
+// (scripts/gpu/wgmma_rate.cu on the H200: m64n16k16 to m64n64k16 alike). Reads per tile: Q twice (S on two
+// warpgroups: 128 KB), the tile twice (S and P V: 128 KB), P once per warpgroup and 128 dims of O (FP8 rows
+// 4 x 8 KB, BF16 rows 2 x 16 KB; m64n64k16 read it twice as often), against ~800 KB for the mma.sync kernel, whose
+// fragments are reloaded per warp. tests/cuda_dsv4/wgmma_test.cpp checks the wgmma conventions this relies on;
+// the attention tests check this kernel (attention.cu launches it for 64-head blocks).
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -402,13 +405,16 @@ __global__ void __launch_bounds__(WgShape<kBf16Rows>::threads, 1) attention_spli
       m_a = mn_a;
       m_b = mn_b;
       // ---- O += P V for dims [kPvDims x, kPvDims (x + 1)): V = the tile as rows = K, k-step s = tile rows 16 s ...
+      // As m64n128k16, two 64-dim blocks of O per instruction: A (P, 2 KB) is read from shared memory once per
+      // 128 dims instead of per 64 (round 27: the FP8 batch-8 step's attention part -3 %).
+      static_assert(kPvBlocks % 2 == 0, "P V as m64n128k16");
       wgmma_fence();
 #pragma unroll
-      for (unsigned nb = 0; nb < kPvBlocks; ++nb) {
+      for (unsigned nb = 0; nb < kPvBlocks; nb += 2) {
 #pragma unroll
         for (unsigned ks = 0; ks < kRows / 16; ++ks) {
-          wgmma_m64n64k16_ss<1>(o[nb], desc_p.at(ks * 32),
-                                desc_v.at(kb * kTileBytes + nb * (kRows * 128) + ks * 16 * 128), true);
+          wgmma_m64n128k16_ss<1>(*reinterpret_cast<float(*)[2][32]>(&o[nb][0]), desc_p.at(ks * 32),
+                                 desc_v.at(kb * kTileBytes + nb * (kRows * 128) + ks * 16 * 128), true);
         }
       }
       wgmma_commit();
