@@ -72,6 +72,7 @@ struct WgSmem {
   float part_max[kMaxWarpgroups][kAttnBlockHeads];  // per warpgroup, over its rows of the tile
   float part_sum[kMaxWarpgroups][kAttnBlockHeads];
   const std::uint8_t* rows[2][kRows];
+  std::uint32_t present[2][kRows / 32];  // bit r % 32 of word r / 32: rows[.][r] is not null (the softmax's test)
 };
 constexpr unsigned kSmemBytes = sizeof(WgSmem) + 1024;  // + alignment slack
 static_assert(kSmemBytes <= 227 * 1024, "one block per multiprocessor");
@@ -173,6 +174,14 @@ __device__ __forceinline__ void decode_fp8_row_regs(std::uint8_t* tile, const Fp
   }
 }
 
+// 2^x by the multi-function unit alone (ex2.approx.ftz): exp2f adds a range test and two multiplications for
+// results below 2^-126, which the softmax does not need (such a p or rescale factor is 0 to the sums' precision).
+__device__ __forceinline__ float exp2_ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // Floats per staged row of the epilogue (a warpgroup's kPvDims dims of one head, padded: attention_rows.cuh).
 template <unsigned kPvDims>
 constexpr unsigned kStageStride = kPvDims + kStagedRowPad;
@@ -227,9 +236,14 @@ __global__ void __launch_bounds__(WgShape<kBf16Rows>::threads, 1) attention_spli
   // The last kRows threads look up a tile's row pointers: with S on fewer warpgroups than W they are outside the
   // S warpgroups, whose registers are the scarcer (round 25).
   static_assert(kThreads - kRows >= 128 * kSWg || kSWg == kWg, "the row pointers' threads are outside S");
-  auto tile_rows = [&](const std::uint8_t** rows, std::uint32_t t0) {
+  auto tile_rows = [&](unsigned slot, std::uint32_t t0) {
     const unsigned r = tid - (kThreads - kRows);
-    if (tid >= kThreads - kRows) rows[r] = t0 + r < r_end ? attention_row_pointer(p, d, token, t0 + r, nw) : nullptr;
+    if (tid >= kThreads - kRows) {  // (two whole warps)
+      const std::uint8_t* row = t0 + r < r_end ? attention_row_pointer(p, d, token, t0 + r, nw) : nullptr;
+      sm.rows[slot][r] = row;
+      const std::uint32_t present = __ballot_sync(0xFFFFFFFFu, row != nullptr);
+      if (lane == 0) sm.present[slot][r / 32] = present;
+    }
   };
   // The query, 64 heads x 512 floats, becomes SW128 fp16 (8-byte stores of 4 values): float4 j of this thread is
   // dims c .. c + 3 (c = 4 (tid % 128)) of head W j + x = W (j % (8 / W)) + x + 8 (j / (8 / W)), whose SW128 XOR
@@ -244,7 +258,7 @@ __global__ void __launch_bounds__(WgShape<kBf16Rows>::threads, 1) attention_spli
 #pragma unroll
     for (unsigned j = 0; j < kQPer; ++j) qv[j] = __ldg(qsrc + j * kThreads + tid);
   }
-  tile_rows(sm.rows[0], r_begin);
+  tile_rows(0, r_begin);
   __syncthreads();
   if constexpr (kBf16Rows) {
     stage_bf16_rows(sm.k[0], sm.rows[0], p.q);
@@ -291,13 +305,11 @@ __global__ void __launch_bounds__(WgShape<kBf16Rows>::threads, 1) attention_spli
   auto run_tiles = [&](auto s_group_tag) {
     constexpr bool kS = decltype(s_group_tag)::value;
     for (std::uint32_t t0 = r_begin, cur = 0; t0 < r_end; t0 += kRows, cur ^= 1u) {
-      const std::uint32_t rows_here = min(kRows, r_end - t0);
       const bool has_next = t0 + kRows < r_end;
-      const std::uint8_t* const* rows = sm.rows[cur];
       const unsigned kb = cur;  // this tile's buffer
       // (With S on fewer warpgroups, the loop of the S warpgroups carries no code for the row pointers.)
       if constexpr (kSWg == kWg || !kS) {
-        if (has_next) tile_rows(sm.rows[cur ^ 1u], t0 + kRows);
+        if (has_next) tile_rows(cur ^ 1u, t0 + kRows);
       }
       fence_shared_for_async();
       __syncthreads();  // the tile is fp16 (and the query); the next tile's row pointers are visible; the previous
@@ -329,13 +341,15 @@ __global__ void __launch_bounds__(WgShape<kBf16Rows>::threads, 1) attention_spli
         wgmma_wait<0>();
         // ---- online softmax. Columns 8 i + 2 tig (+1) of this warpgroup's rows: tile rows kSRows x + ...
         float mx_a = -INFINITY, mx_b = -INFINITY;
-        const unsigned r0 = opaque(kSRows * x + 2 * tig);  // (as P's addresses below: one register, not eight)
+        // Row r of the tile is valid when its pointer is not null (bit r of the tile's present words; rows past
+        // the list are null): this warpgroup's kSRows rows are word x (kSRows = 32), shifted to the thread's first.
+        static_assert(kSRows == 32, "one present word per S warpgroup");
+        const std::uint32_t present = sm.present[cur][x] >> (2 * tig);
 #pragma unroll
         for (unsigned i = 0; i < kSRows / 8; ++i) {
 #pragma unroll
           for (unsigned j = 0; j < 2; ++j) {
-            const unsigned r = r0 + 8 * i + j;
-            const bool valid = r < rows_here && rows[r] != nullptr;
+            const bool valid = (present >> (8 * i + j)) & 1u;
             s[4 * i + j] = valid ? s[4 * i + j] * p.scale_log2 : -INFINITY;
             s[4 * i + 2 + j] = valid ? s[4 * i + 2 + j] * p.scale_log2 : -INFINITY;
             mx_a = fmaxf(mx_a, s[4 * i + j]);
@@ -358,8 +372,8 @@ __global__ void __launch_bounds__(WgShape<kBf16Rows>::threads, 1) attention_spli
         mn_a = fmaxf(mn_a, sm.part_max[y][ha]);
         mn_b = fmaxf(mn_b, sm.part_max[y][hb]);
       }
-      const float al_a = mn_a == -INFINITY ? 1.0f : exp2f(m_a - mn_a);
-      const float al_b = mn_b == -INFINITY ? 1.0f : exp2f(m_b - mn_b);
+      const float al_a = mn_a == -INFINITY ? 1.0f : exp2_ftz(m_a - mn_a);
+      const float al_b = mn_b == -INFINITY ? 1.0f : exp2_ftz(m_b - mn_b);
       if constexpr (kS) {
         float sum_a = 0.0f, sum_b = 0.0f;
         // P's store addresses, from the thread index made opaque here: otherwise ptxas keeps all eight
@@ -369,10 +383,10 @@ __global__ void __launch_bounds__(WgShape<kBf16Rows>::threads, 1) attention_spli
         std::uint8_t* const prow = sm.p + pa * 128 + 4 * (ptid % 4);
 #pragma unroll
         for (unsigned i = 0; i < kSRows / 8; ++i) {
-          const float p0 = mn_a == -INFINITY ? 0.0f : exp2f(s[4 * i] - mn_a);
-          const float p1 = mn_a == -INFINITY ? 0.0f : exp2f(s[4 * i + 1] - mn_a);
-          const float p2 = mn_b == -INFINITY ? 0.0f : exp2f(s[4 * i + 2] - mn_b);
-          const float p3 = mn_b == -INFINITY ? 0.0f : exp2f(s[4 * i + 3] - mn_b);
+          const float p0 = mn_a == -INFINITY ? 0.0f : exp2_ftz(s[4 * i] - mn_a);
+          const float p1 = mn_a == -INFINITY ? 0.0f : exp2_ftz(s[4 * i + 1] - mn_a);
+          const float p2 = mn_b == -INFINITY ? 0.0f : exp2_ftz(s[4 * i + 2] - mn_b);
+          const float p3 = mn_b == -INFINITY ? 0.0f : exp2_ftz(s[4 * i + 3] - mn_b);
           const __half2 xa = __floats2half2_rn(p0, p1), xb = __floats2half2_rn(p2, p3);
           // sw128_offset(ha, r, 64) and (hb, r, 64) for r = kSRows x + 8 i + 2 tig: rows ha and hb = ha + 8 share
           // the XOR term pg = ha % 8.
