@@ -233,8 +233,9 @@ __global__ void __launch_bounds__(WgShape<kBf16Rows>::threads, 1) attention_spli
   if (range.empty()) return write_empty_split<kDirect>(p, token, h0, kAttnBlockHeads, split);
   const std::uint32_t nw = range.nw, r_begin = range.begin, r_end = range.end();
   auto part_of = [&](std::uint32_t h) { return partial_index(p, token, h0, h, split); };
-  // The last kRows threads look up a tile's row pointers: with S on fewer warpgroups than W they are outside the
-  // S warpgroups, whose registers are the scarcer (round 25).
+  // The last kRows threads look up a tile's row pointers (and publish which are not null, the softmax's validity
+  // test, as one ballot word per 32 rows): with S on fewer warpgroups than W they are outside the S warpgroups,
+  // whose registers are the scarcer (round 25).
   static_assert(kThreads - kRows >= 128 * kSWg || kSWg == kWg, "the row pointers' threads are outside S");
   auto tile_rows = [&](unsigned slot, std::uint32_t t0) {
     const unsigned r = tid - (kThreads - kRows);
