@@ -174,9 +174,20 @@ __global__ void __launch_bounds__(kScoreThreads, 4) score_fp8_wgmma_kernel(Score
       failures0 = fp8_grid_failures(failures0, c0);
       failures1 = fp8_grid_failures(failures1, c1);
     }
-    // ---- the tensor-path check of the lane's row r = r0 + 8 (j % 2): the grid check's failure bits of both rows
-    // over the lane's codes, a reduce-scatter over the quad (the lane ^ 1 sends the row this lane keeps, the lane
-    // ^ 2 keeps the same one), then the scale's check once per lane. Lanes j = 0 and 1 own rows r0 and r0 + 8.
+    // ---- I = K Q^T: the warpgroup's 64 key rows x 64 head columns, k-step s = K positions 16 s .. 16 s + 15.
+    float d[32];
+    wgmma_fence();
+#pragma unroll
+    for (unsigned s = 0; s < kIndexerDim / 16; ++s) {
+      wgmma_m64n64k16_rs<0>(d, a[s], desc_q.at((s / 4) * kColumnBlockBytes + (s % 4) * 32), s > 0);
+    }
+    wgmma_commit();
+    // ---- while the MMAs run: the tensor-path check of the lane's row r = r0 + 8 (j % 2): the grid check's failure
+    // bits of both rows over the lane's codes, a reduce-scatter over the quad (the lane ^ 1 sends the row this lane
+    // keeps, the lane ^ 2 keeps the same one), then the scale's check once per lane. Lanes j = 0 and 1 own rows r0
+    // and r0 + 8. (After the MMAs in the source, ptxas places the grid check's last instructions between them: an
+    // MMA's issue holds the warp until the tensor cores take it, so work there is free. Round 28: -2 % of the
+    // FP8 batch-8 indexer part.)
     const unsigned odd = j % 2, r = r0 + 8 * odd;
     std::uint32_t failures = (odd ? failures1 : failures0) |
                              __shfl_xor_sync(0xFFFFFFFFu, odd ? failures0 : failures1, 1);
@@ -186,14 +197,6 @@ __global__ void __launch_bounds__(kScoreThreads, 4) score_fp8_wgmma_kernel(Score
     const std::uint32_t scale =
         r < nrows ? *reinterpret_cast<const std::uint32_t*>((odd ? raw1 : raw0) + 128) : 0x3F800000u;
     const int k = fp8_row_scale_check(kFp8GridTopExponent, scale, bounds, ok);
-    // ---- I = K Q^T: the warpgroup's 64 key rows x 64 head columns, k-step s = K positions 16 s .. 16 s + 15.
-    float d[32];
-    wgmma_fence();
-#pragma unroll
-    for (unsigned s = 0; s < kIndexerDim / 16; ++s) {
-      wgmma_m64n64k16_rs<0>(d, a[s], desc_q.at((s / 4) * kColumnBlockBytes + (s % 4) * 32), s > 0);
-    }
-    wgmma_commit();
     wgmma_wait<0>();
     // ---- terms fl((w_h 2^fq_h) max(I, 0)) and the head tree: pairs b in t[i] (columns 8 i + 2 j, + 1), then m
     // (i, i + 4), g0 (i, i + 1), g1 (i, i + 2) in the thread; then g2 across the lanes 1 apart as a reduce-scatter
