@@ -1,7 +1,8 @@
 // Device self-test of the wgmma helpers (wgmma.cuh): one warpgroup computes S = Q K^T (64 x 64, K = 128: both
 // operands K-major) and O = P V (64 x 128, K = 64: P K-major in shared memory or in registers, V = the key tile
 // viewed MN-major, transposed) from SW128 tiles, for given descriptor byte offsets, so a test can check the
-// layout and descriptor conventions against a CPU product before a kernel relies on them.
+// layout and descriptor conventions against a CPU product before a kernel relies on them. O is computed twice:
+// as two m64n64k16 per k-step (one per 64 columns) and as one m64n128k16 (the DeepSeek-V4 attention's P V).
 // Run by tests/cuda_dsv4/wgmma_test.cpp.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -95,6 +96,33 @@ __global__ void __launch_bounds__(128) wgmma_selftest_kernel(WgmmaSelftestArgs a
     wgmma_wait<0>();
     store_accumulator(a.o, kCols, nb * 64, o);
   }
+
+  // O = P V again, all 128 columns per instruction: B's two 64-column blocks are the MN-major descriptor's leading
+  // byte offset apart.
+  float o2[2][32];
+#pragma unroll
+  for (int i = 0; i < 32; ++i) o2[0][i] = o2[1][i] = 0.0f;
+  wgmma_fence();
+#pragma unroll
+  for (unsigned s = 0; s < kRows / 16; ++s) {
+    const GmmaDesc vb = sw128_descriptor(ks + s * 16 * 128, a.mnmajor_leading, a.mnmajor_stride);
+    if (a.p_in_registers) {
+      const std::uint16_t* p0 = a.p + (16 * warp + g) * kRows + 16 * s + 2 * tig;
+      const std::uint16_t* p1 = p0 + 8 * kRows;
+      std::uint32_t af[4];
+      af[0] = *reinterpret_cast<const std::uint32_t*>(p0);
+      af[1] = *reinterpret_cast<const std::uint32_t*>(p1);
+      af[2] = *reinterpret_cast<const std::uint32_t*>(p0 + 8);
+      af[3] = *reinterpret_cast<const std::uint32_t*>(p1 + 8);
+      wgmma_m64n128k16_rs<1>(o2, af, vb, s > 0);
+    } else {
+      wgmma_m64n128k16_ss<1>(o2, sw128_descriptor(ps + s * 32, a.kmajor_leading, a.kmajor_stride), vb, s > 0);
+    }
+  }
+  wgmma_commit();
+  wgmma_wait<0>();
+  store_accumulator(a.o128, kCols, 0, o2[0]);
+  store_accumulator(a.o128, kCols, 64, o2[1]);
 }
 
 }  // namespace
