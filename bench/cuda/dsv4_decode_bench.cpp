@@ -10,7 +10,7 @@
 // (--only STORAGE 1 65536 --prefill-only: that storage's chunk alone). The rows repeat a pool of 1024 model-like
 // rows, so every indexer score occurs many times over; --distinct-indexer-rows flips the signs of a random half
 // of each indexer row's values (the rows stay on their grid), which makes the rows and the scores distinct, as a
-// model's are (docs/cuda-dsv4-kernels.md, round 26: the top-k's path depends on ties).
+// model's are (docs/cuda-dsv4-kernels-history.md, round 26: the top-k's path depends on ties).
 #include <cuda_runtime.h>
 
 #include <algorithm>

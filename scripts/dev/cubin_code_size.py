@@ -3,7 +3,7 @@
 
 Why: a kernel whose code outgrows the multiprocessor's instruction cache waits on instruction fetch, and a
 1024-thread block that walks through long inlined phases one after another feels it (round 16 of
-docs/cuda-dsv4-kernels.md: the top-k at 9208 instructions ran 1-3 % slower per decode step than at 5944, even on
+docs/cuda-dsv4-kernels-history.md: the top-k at 9208 instructions ran 1-3 % slower per decode step than at 5944, even on
 paths it did not take). Reads the ELF section table directly, so it needs no CUDA tools.
 
 Usage: scripts/dev/cubin_code_size.py [--min N] X.cubin [Y.cubin ...]

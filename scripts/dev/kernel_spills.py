@@ -2,7 +2,7 @@
 """Registers, stack frame and spills of every CUDA kernel, from ptxas's report (no GPU needed).
 
 Why: a kernel that keeps ~200 KB of shared memory per block leaves little L1 for local memory, so a few spilled
-registers reloaded once per tile cost more than the registers saved (round 25 of docs/cuda-dsv4-kernels.md: 36
+registers reloaded once per tile cost more than the registers saved (round 25 of docs/cuda-dsv4-kernels-history.md: 36
 bytes of spills made the DeepSeek-V4 attention's decode step 10 % slower; without them the same change was 4.5 %
 faster). Run it after changing a kernel, before spending GPU time on it.
 

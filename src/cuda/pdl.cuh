@@ -7,8 +7,8 @@
 // visible, so the order of all memory effects is the plain stream order. The kernels do not trigger the next
 // launch early (griddepcontrol.launch_dependents, which lets the next kernel launch once every block of this one
 // has started): a version that did was slower in whole-step CUDA graphs of DeepSeek-V4 at 1M (round 8 in
-// docs/cuda-dsv4-kernels.md), likely from the next kernel's blocks waiting resident beside running ones; without
-// it the next kernel is launched as this one's blocks exit (the implicit trigger), which measured 1.3-3.8 %
+// docs/cuda-dsv4-kernels-history.md), likely from the next kernel's blocks waiting resident beside running ones;
+// without it the next kernel is launched as this one's blocks exit (the implicit trigger), which measured 1.3-3.8 %
 // faster per step there (round 9). On a kernel launched without the attribute, or with no kernel before it, the
 // wait returns at once.
 #pragma once

@@ -13,7 +13,7 @@
 // fp16 in place (bf16 and fp16 are both 2 bytes); FP8 rows (584 bytes) are loaded into registers and decoded
 // into one of the two buffers, in both cases after P V of the previous tile is issued. (A warpgroup MMA's issue
 // waits until the tensor cores take it, so that decode mostly follows P V rather than overlapping it: phase
-// timing, round 27 in docs/cuda-dsv4-kernels.md.)
+// timing, round 27 in docs/cuda-dsv4-kernels-history.md.)
 // Shared memory is what bounds the MMAs: with both operands there they run at its bandwidth, 128 bytes per cycle
 // (scripts/gpu/wgmma_rate.cu on the H200: m64n16k16 to m64n64k16 alike). Reads per tile: Q twice (S on two
 // warpgroups: 128 KB), the tile twice (S and P V: 128 KB), P once per warpgroup and 128 dims of O (FP8 rows
@@ -56,7 +56,7 @@ struct WgShape {
 // The warpgroups that compute S = Q K^T (and the softmax's P), each for kRows / kSWarpgroups rows of every tile:
 // two, also when the block has four (FP8 rows). Every S instruction reads all of Q from shared memory, so two
 // warpgroups' m64n32k16 read it half as often as four warpgroups' m64n16k16; the other two only meet them at
-// the softmax's two barriers. Measured (docs/cuda-dsv4-kernels.md, round 25): FP8 rows' attention 4.5 % faster
+// the softmax's two barriers. Measured (docs/cuda-dsv4-kernels-history.md, round 25): FP8 rows' attention 4.5 % faster
 // at batch 8 x 1M and 10 % faster in a prefill chunk — once the S warpgroups' loop spilled nothing: with eight P
 // addresses and the row-pointer lookups kept in registers, 36 bytes spilled, and the decode step's attention ran
 // 10 % slower instead (local memory beside ~204 KB of shared memory leaves the reloads little L1).
@@ -458,7 +458,7 @@ __global__ void __launch_bounds__(WgShape<kBf16Rows>::threads, 1) attention_spli
   // kPvDims dims of the 64 heads as rows (x, h), and 64 of its threads each store one row, kPvDims floats that are
   // contiguous in out / part_o. (Written straight from the accumulators, a warp's 8-byte stores touched 8 rows
   // 2 KB apart per instruction, and those stores held the block's last microseconds: round 24 in
-  // docs/cuda-dsv4-kernels.md.)
+  // docs/cuda-dsv4-kernels-history.md.)
   __syncthreads();  // every warpgroup's last S and P V have read Q and the tiles (and the partial maxima): free
   float* stage = reinterpret_cast<float*>(sm.q);
   static_assert(kWg * kAttnBlockHeads * kStageStride<kPvDims> * sizeof(float) <= 3 * kTileBytes,

@@ -17,7 +17,7 @@
 //      digits and the selection scan only those.
 //   Code size matters here: every pass is inlined and unrolled, and a version whose code had grown by half
 //   (staging with a second 16-deep loop form) ran 1-3 % slower per decode step even where it did not stage, so
-//   the passes that only run when the list overflows keep 4 loads in flight (cuda-dsv4-kernels.md, round 16).
+//   the passes that only run when the list overflows keep 4 loads in flight (cuda-dsv4-kernels-history.md, round 16).
 //   2. Every block sends its selected keys to the leader block; every block then copies the k keys and writes
 //      the final position of its share of them (position = number of larger keys).
 // (Replaces a two-kernel version — per-chunk candidates, then one block per token for the final select and a
