@@ -5,7 +5,7 @@ reasons of each. Input: the per-instruction source page that scripts/gpu/ncu_sum
 
 The main loop is taken to run from the last mbarrier wait (SYNCS.PHASECHK) before the first tensor-core
 instruction (HMMA / HGMMA) to the last one; the prologue is everything above it, the epilogue everything below
-(for the fused decode kernel that includes the in-kernel merge). Docs/benchmarks.md, decode round 8, quotes these
+(for the fused decode kernel that includes the in-kernel merge). docs/tq-decode-history.md, round 8, quotes these
 shares for the decode kernel at recommended 1 x 32K.
 
 Usage: sass_regions.py REPORT_sass.csv[.gz] [--top N]"""

@@ -4,8 +4,8 @@
 // Why compile time: with the width a runtime value every group paid variable 64-bit shifts, a runtime row
 // stride and two or three code loads plus a funnel shift; the producer's dequantisation was ≈ 28 instructions per
 // group of 8 coordinates, and removing it altogether made the kernel 18 % faster while conflict-free lookups (the
-// same instructions) gained nothing (docs/cuda-prefill.md, "Ablations, and the producer's dequantisation by code
-// width"). Since then each thread takes quads of four consecutive groups (prefill_codes.hpp): one vector load per
+// same instructions) gained nothing (docs/cuda-prefill-history.md, "Ablations, and the producer's dequantisation
+// by code width"). Since then each thread takes quads of four consecutive groups (prefill_codes.hpp): one vector load per
 // quad for 4- and 2-bit codes, every code at a compile-time bit offset, and a thread-to-quad mapping under which
 // neither the loads nor the SW128 stores conflict in shared memory. Per group of 8 coordinates that is four
 // (shift, mask) pairs, four pair-table lookups and one 16-byte store, plus a quarter of the quad's loads.

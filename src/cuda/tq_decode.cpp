@@ -53,7 +53,7 @@ Result<DecodePlan> plan_decode(const LayerLayout& layout, const kvcompact::tq::Q
   // narrow kernel, or for its wide variant (4-bit keys, d = 128, mse modes) when the blocks of both would all run
   // in one wave: then no block runs after another on a multiprocessor, whose fixed costs the narrow kernel's
   // second resident block would hide, and one 16-warp block pays one table fill and one query preparation where
-  // two 8-warp blocks pay two (docs/benchmarks.md, decode round 10). The wide kernel's own plan must be one wave
+  // two 8-warp blocks pay two (docs/tq-decode-history.md, round 10). The wide kernel's own plan must be one wave
   // too (it has one block per multiprocessor to the narrow kernel's two): 32 × 4K (256 blocks) took it on the
   // narrow kernel's wave alone in round 10 and ran two waves, 15 % slower (round 11).
   auto split_for = [&](bool wide) {

@@ -190,7 +190,7 @@ __device__ __forceinline__ T lds_at(const void* base, std::uint32_t byte_offset)
 // wants its A fragment in four consecutive registers (x0.x, x1.x, x0.y, x1.y of two entries), which a 64-bit
 // load's register pair never is, so ptxas adds two moves per 64-bit load. Used for the QJL sign entries (a
 // 128-byte table: conflict-free either way): 27 fewer instructions in the seed kernel's loop, 1.5–3 % faster
-// (docs/benchmarks.md, round 9). Not for the 2-bit keys' entries: their 16 copies put two lanes on each bank
+// (docs/tq-decode-history.md, round 9). Not for the 2-bit keys' entries: their 16 copies put two lanes on each bank
 // for a 32-bit load, and split there (by volatile loads, as ptxas merged plain ones again) it was 4–9 % slower.
 __device__ __forceinline__ uint2 lds_pair_split(const void* base, std::uint32_t byte_offset) {
   const std::uint32_t a = static_cast<std::uint32_t>(__cvta_generic_to_shared(base)) + byte_offset;
@@ -237,7 +237,7 @@ struct Shape {
   // tile). The table is then 64 KB, which leaves room for one block per multiprocessor only; so the block is two
   // halves of 8 warps, each with its own stages, barriers and tiles (half h takes tiles h, h + 2, …), that share
   // the tables and query fragments: one table fill and one query preparation for 16 warps. plan_decode takes it
-  // when its blocks and the narrow kernel's fit in one wave (docs/benchmarks.md, decode rounds 10, 11).
+  // when its blocks and the narrow kernel's fit in one wave (docs/tq-decode-history.md, rounds 10, 11).
   static constexpr bool wide_keys = WIDE && has_wide_variant(D, CB);
   static constexpr unsigned halves = wide_keys ? 2u : 1u;
   // Warps per half: 8 for 2- and 4-bit keys, whose code-byte table is then shared by twice the warps

@@ -524,7 +524,7 @@ __global__ void __launch_bounds__(Ws<QJL>::kThreads, 1) prefill_wgmma_kernel(Pre
       }
     };
     // QJL keys issue each k-step's hi and lo MMAs together, MSE keys all hi MMAs first: measured 1.1–1.6 % faster
-    // (QJL) and 0.5–1.2 % slower (MSE) the other way round (docs/cuda-prefill.md).
+    // (QJL) and 0.5–1.2 % slower (MSE) the other way round (docs/cuda-prefill-history.md).
 #pragma unroll
     for (unsigned ks = 0; ks < D / 16; ++ks) {
       const unsigned qcol = (ks / 4) * kQBlock + (ks % 4) * 32, kcol = (ks / 4) * kTileBlock + (ks % 4) * 32;
@@ -550,7 +550,7 @@ __global__ void __launch_bounds__(Ws<QJL>::kThreads, 1) prefill_wgmma_kernel(Pre
     wgmma_commit();
     wgmma_wait<0>();
     // (Reading the key norms between the commit and the wait, to hide the latency the profile shows at the
-    // first multiply, measured 10 % slower on the H200: docs/cuda-prefill.md.)
+    // first multiply, measured 10 % slower on the H200: docs/cuda-prefill-history.md.)
     float2 kn[8];
 #pragma unroll
     for (unsigned i = 0; i < 8; ++i) kn[i] = *reinterpret_cast<const float2*>(&sm.kscale[stage][8 * i + 2 * tig]);

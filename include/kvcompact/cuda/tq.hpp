@@ -104,7 +104,7 @@ struct DecodePlan {
   std::uint32_t chunk = 0;   // tokens per split (a multiple of 64)
   std::uint32_t splits = 0;  // quantised splits per (sequence, KV head); one more partial holds the exact window
   bool wide = false;         // the fused kernel's wide variant (4-bit keys, d = 128, mse modes, plans of one wave;
-                             // docs/benchmarks.md, decode rounds 10 and 11)
+                             // docs/tq-decode-history.md, rounds 10 and 11)
   std::uint64_t workspace_bytes = 0;
 };
 // multiprocessors: of the device that will run it (device_properties().multiprocessors).
