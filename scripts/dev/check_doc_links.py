@@ -26,16 +26,20 @@ def github_anchor(heading: str) -> str:
     return text.replace(" ", "-")
 
 
+def lines_outside_fences(path: pathlib.Path):
+    """(line number, line) of every line that is not inside a fenced code block (nor a fence itself)."""
+    in_fence = False
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if FENCE.match(line):
+            in_fence = not in_fence
+        elif not in_fence:
+            yield number, line
+
+
 def anchors_of(path: pathlib.Path) -> set:
     seen = {}
     anchors = set()
-    in_fence = False
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if FENCE.match(line):
-            in_fence = not in_fence
-            continue
-        if in_fence:
-            continue
+    for _, line in lines_outside_fences(path):
         m = HEADING.match(line)
         if not m:
             continue
@@ -47,13 +51,7 @@ def anchors_of(path: pathlib.Path) -> set:
 
 
 def links_of(path: pathlib.Path):
-    in_fence = False
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if FENCE.match(line):
-            in_fence = not in_fence
-            continue
-        if in_fence:
-            continue
+    for number, line in lines_outside_fences(path):
         line = re.sub(r"`[^`]*`", "", line)  # links inside inline code are examples, not links
         for m in LINK.finditer(line):
             yield number, m.group(1)
