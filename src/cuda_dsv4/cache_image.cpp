@@ -172,7 +172,9 @@ Status hydrate_from_anchor_image(DeviceDeepseek4Cache& cache, std::span<const st
     return ok_status();
   }();
   if (!uploaded.ok()) {
-    c.poison("hydrate failed while uploading: " + uploaded.error().to_string());
+    // Compressed and indexer rows of earlier layers may already hold the image's: no earlier snapshot may
+    // restore over them (the poison alone would let one).
+    c.poison_rows_rewritten("hydrate failed while uploading: " + uploaded.error().to_string());
     return uploaded;
   }
   c.rewind(position, 0);

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <limits>
 #include <unordered_set>
 
@@ -101,6 +102,11 @@ void CacheBookkeeping::poison(std::string reason) {
   poison_reason = std::move(reason);
 }
 
+void CacheBookkeeping::poison_rows_rewritten(std::string reason) {
+  rewind_floors.push_back(0);
+  poison(std::move(reason));
+}
+
 void CacheBookkeeping::rewind(std::uint64_t to, std::uint64_t floor) {
   position = to;
   poisoned = false;
@@ -120,6 +126,15 @@ Status CacheBookkeeping::check_snapshot_restore(const Snapshot& snapshot) const 
                       "snapshot was taken from cache {} and cannot restore cache {}: it does not carry the compressed "
                       "rows (use an anchor image to move a cache)",
                       snapshot.cache_id, id);
+  }
+  // (A snapshot's fields are public: one edited past the context would make restore set a position whose
+  // compressed rows lie beyond the buffers.)
+  if (snapshot.position > plan.context) {
+    Error e = make_error(ErrorCode::ContextBound, "snapshot at position {} does not fit a cache of context {}",
+                         snapshot.position, plan.context);
+    e.expected = static_cast<std::int64_t>(plan.context);
+    e.actual = static_cast<std::int64_t>(std::min<std::uint64_t>(snapshot.position, INT64_MAX));
+    return e;
   }
   if (snapshot.rewinds_seen > rewind_floors.size() || snapshot.layers.size() != plan.layers.size()) {
     return make_error(ErrorCode::Mismatch, "snapshot bookkeeping does not match this cache");

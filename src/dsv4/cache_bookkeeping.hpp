@@ -46,13 +46,17 @@ struct CacheBookkeeping {
   Result<PrefillPlan> plan_prefill(std::uint64_t start, std::uint64_t count) const;
   Status commit_prefill(std::uint64_t start, std::uint64_t count);  // poisons on failure
   void poison(std::string reason);
+  // Poisons after a write that failed part-way and may have rewritten compressed / indexer rows from position 0
+  // on (a GPU hydrate whose uploads failed): also appends the rewind floor 0, so that no snapshot taken before
+  // can restore over those rows and clear the poison.
+  void poison_rows_rewritten(std::string reason);
   // Position `to`, poison cleared, `floor` appended to the rewind floors (reset: 0, 0; restore: p, p;
   // hydrate: p, 0).
   void rewind(std::uint64_t to, std::uint64_t floor);
 
   // Every check restore_snapshot makes before it touches a buffer, in the CPU cache's order and with its
   // messages: Mismatch for another plan, another cache, foreign bookkeeping, a rewind below the snapshot
-  // or buffers of the wrong size.
+  // or buffers of the wrong size; ContextBound for a position beyond the context (an edited snapshot).
   Status check_snapshot_restore(const Snapshot& snapshot) const;
   // Every check hydrate_from_anchor_image makes on a decoded image before it touches a buffer: Mismatch
   // (model, storage, layer count, a layer's ratio), ContextBound (position beyond the context).

@@ -3,11 +3,13 @@
 // context keeps every valid row and state (re-slotting the window ring when it grows).
 #include "kvcompact/dsv4/snapshot.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 
 #include <gtest/gtest.h>
 
+#include "dsv4/cache_access.hpp"
 #include "protocol_test_util.hpp"
 
 namespace kvcompact::dsv4 {
@@ -122,6 +124,49 @@ TEST(Dsv4Snapshot, RewindBelowTheSnapshotMakesItStale) {
   EXPECT_TRUE(restore_snapshot(cache, *early).ok());
   cache.reset();
   EXPECT_EQ(restore_snapshot(cache, *early).error().code, ErrorCode::Mismatch);
+}
+
+// A snapshot's fields are public: one edited to a position past the context must not restore (its compressed
+// rows would lie beyond the buffers), and nothing changes.
+TEST(Dsv4Snapshot, SnapshotPastTheContextIsRejected) {
+  Deepseek4Cache cache = make_cache(300);
+  decode(cache, 20, 7);
+  auto snap = take_snapshot(cache);
+  ASSERT_TRUE(snap.ok());
+  Snapshot edited = *snap;
+  edited.position = 301;
+  // Window bytes sized for the edited position, so that only the position is wrong.
+  for (std::size_t l = 0; l < edited.layers.size(); ++l) {
+    edited.layers[l].window.resize(std::min<std::uint64_t>(301, cache.plan().window_capacity) *
+                                   cache.plan().layers[l].attention_row_bytes);
+  }
+  const Status st = restore_snapshot(cache, edited);
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.error().code, ErrorCode::ContextBound);
+  EXPECT_EQ(st.error().expected, 300);
+  EXPECT_EQ(st.error().actual, 301);
+  EXPECT_EQ(cache.position(), 20u);
+  EXPECT_TRUE(restore_snapshot(cache, *snap).ok());
+}
+
+// A write that fails part-way after rewriting compressed rows from position 0 (the GPU cache's hydrate when an
+// upload fails: CacheBookkeeping::poison_rows_rewritten) poisons the cache and makes every earlier snapshot
+// stale, so none can clear the poison over the rewritten rows; a reset still recovers the cache.
+TEST(Dsv4Snapshot, RowsRewrittenByAFailedWriteMakeEarlierSnapshotsStale) {
+  Deepseek4Cache cache = make_cache(300);
+  decode(cache, 30, 8);
+  auto snap = take_snapshot(cache);
+  ASSERT_TRUE(snap.ok());
+  detail::CacheAccess::impl(cache).poison_rows_rewritten("upload failed part-way");
+  EXPECT_TRUE(cache.poisoned());
+  const Status st = restore_snapshot(cache, *snap);
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.error().code, ErrorCode::Mismatch);
+  EXPECT_TRUE(cache.poisoned());
+  cache.reset();
+  EXPECT_FALSE(cache.poisoned());
+  decode(cache, 3, 9);
+  EXPECT_EQ(cache.position(), 3u);
 }
 
 TEST(Dsv4Snapshot, MigrateIntoALargerContext) {
