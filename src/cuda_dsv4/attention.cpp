@@ -118,6 +118,10 @@ Status sparse_attention(const AttentionArgs& a, void* workspace, std::uint64_t w
     return make_error(ErrorCode::InvalidArgument, "sparse_attention: heads {} must be a multiple of 16 in [16, 128]",
                       a.heads);
   }
+  if (a.count > kMaxTokensPerCall) {
+    return make_error(ErrorCode::InvalidArgument, "sparse_attention: count {} exceeds {} tokens per call", a.count,
+                      kMaxTokensPerCall);
+  }
   if (a.ratio != 0 && a.ratio != 4 && a.ratio != 128) {
     return make_error(ErrorCode::InvalidArgument, "sparse_attention: ratio {} is not 0, 4 or 128", a.ratio);
   }
@@ -138,6 +142,11 @@ Status sparse_attention(const AttentionArgs& a, void* workspace, std::uint64_t w
                       static_cast<int>(a.storage));
   }
   if (a.max_rows == 0) return make_error(ErrorCode::InvalidArgument, "sparse_attention: max_rows is 0");
+  // (The split plan and the kernels' row indices are 32-bit: a split of 2^32 rows would wrap to 0 rows.)
+  if (a.max_rows > kMaxAttentionRows) {
+    return make_error(ErrorCode::Unsupported, "sparse_attention: max_rows {} exceeds the limit {}", a.max_rows,
+                      kMaxAttentionRows);
+  }
   for (float f : a.inv_freq) {
     if (!std::isfinite(f)) return make_error(ErrorCode::InvalidArgument, "sparse_attention: inv_freq {} is not finite", f);
   }

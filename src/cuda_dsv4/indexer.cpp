@@ -54,6 +54,10 @@ Status indexer_scores(const IndexerScoreArgs& a, void* stream) {
   if (a.heads == 0 || a.heads > kMaxIndexerHeads) {
     return make_error(ErrorCode::InvalidArgument, "indexer_scores: heads {} not in [1, {}]", a.heads, kMaxIndexerHeads);
   }
+  if (a.count > kMaxTokensPerCall) {
+    return make_error(ErrorCode::InvalidArgument, "indexer_scores: count {} exceeds {} tokens per call", a.count,
+                      kMaxTokensPerCall);
+  }
   if (a.tokens == nullptr || a.weights == nullptr || a.query_workspace == nullptr || a.scores == nullptr) {
     return make_error(ErrorCode::InvalidArgument, "indexer_scores needs tokens, weights, the query workspace and scores");
   }

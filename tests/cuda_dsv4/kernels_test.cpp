@@ -813,6 +813,27 @@ TEST(CudaDsv4KernelsArgs, InvalidArgumentsAreRejected) {
   };
   EXPECT_TRUE(workspace_error(sparse_attention(aa, nullptr, 0, nullptr)));
   EXPECT_TRUE(workspace_error(sparse_attention(aa, dummy, attention_workspace_bytes(1, 64, 640) - 1, nullptr)));
+  // More tokens than a call's grid holds, or a row bound the 32-bit split plan cannot hold: typed errors before
+  // any launch (otherwise an untyped CUDA error, or a split of 2^32 rows wrapped to 0 rows and a silent result).
+  auto error_says = [](const Status& st, ErrorCode expected, const std::string& words) {
+    return !st.ok() && st.error().code == expected && st.error().message.find(words) != std::string::npos;
+  };
+  AttentionArgs many = aa;
+  many.count = kMaxTokensPerCall + 1;
+  EXPECT_TRUE(error_says(sparse_attention(many, dummy, 1 << 20, nullptr), ErrorCode::InvalidArgument,
+                         "tokens per call"));
+  AttentionArgs huge = aa;
+  for (const std::uint32_t max_rows : {kMaxAttentionRows + 1, 0xFFFFFFFFu}) {
+    huge.max_rows = max_rows;
+    EXPECT_TRUE(error_says(sparse_attention(huge, dummy, 1 << 20, nullptr), ErrorCode::Unsupported, "exceeds the limit"));
+  }
+  IndexerScoreArgs many_scores;
+  many_scores.count = kMaxTokensPerCall + 1;
+  many_scores.tokens = reinterpret_cast<const TokenRows*>(dummy);
+  many_scores.weights = dummy;
+  many_scores.query_workspace = dummy;
+  many_scores.scores = dummy;
+  EXPECT_TRUE(error_says(indexer_scores(many_scores, nullptr), ErrorCode::InvalidArgument, "tokens per call"));
 }
 
 // The CPU half of the exactness argument (docs/cuda-dsv4-kernels.md), checked on the CPU alone: for model

@@ -1,6 +1,6 @@
 // CUDA kernels of the DeepSeek-V4 hybrid attention for one layer step, batched over tokens (decode: one
 // token per sequence; prefill: a chunk of one sequence): lightning-indexer query preparation and scores
-// (int8 tensor cores, bit-identical to the CPU fast path), exact top-k with the CPU's tie-break, and sparse
+// (tensor cores, bit-identical to the CPU fast path), exact top-k with the CPU's tie-break, and sparse
 // attention with the sink over window + compressed rows (fp16 tensor cores, split over rows + merge) with
 // the inverse RoPE on the output tail. Every function works on device pointers to rows in the CPU storage
 // layouts (kvcompact/dsv4/storage.hpp), allocates nothing (caller-provided workspaces) and only enqueues
@@ -40,6 +40,10 @@ struct TokenRows {
   std::uint32_t reserved = 0;
 };
 
+// Tokens per indexer_scores / sparse_attention call (their grids' y dimension); larger batches or prefill
+// chunks are split by the caller (InvalidArgument otherwise).
+inline constexpr std::uint32_t kMaxTokensPerCall = 65535;
+
 // ---- indexer ------------------------------------------------------------------------------------------
 inline constexpr std::uint32_t kMaxIndexerHeads = 64;
 
@@ -58,7 +62,9 @@ struct IndexerScoreArgs {
   std::uint32_t count = 0;
   std::uint32_t heads = 64;
   const float* weights = nullptr;  // device [count, heads] (already scaled by the model; signs kept)
-  const void* query_workspace = nullptr;  // filled by indexer_prepare_queries for the same tokens
+  // Filled by indexer_prepare_queries for the same tokens, in the same order and with the same count (the
+  // workspace's layout depends on the count; it cannot be checked here).
+  const void* query_workspace = nullptr;
   IndexerStorage storage = IndexerStorage::Bf16;
   std::uint32_t max_visible = 0;  // >= every token's visible row count (sizes the grid)
   float* scores = nullptr;        // device [count, score_stride]; entries >= a token's visible count untouched
@@ -107,9 +113,11 @@ struct AttentionArgs {
   // the token's position is applied to dims [448, 512) of every output head when inverse_rope is set.
   std::array<float, 32> inv_freq{};
   bool inverse_rope = true;
-  std::uint32_t max_rows = 0;  // >= every token's row count (128 + topk, or 128 + (t + 1) / 128)
-  float* out = nullptr;        // device [count, heads, 512]
+  // >= every token's row count (128 + topk, or 128 + (t + 1) / 128), at most kMaxAttentionRows (Unsupported).
+  std::uint32_t max_rows = 0;
+  float* out = nullptr;  // device [count, heads, 512]
 };
+inline constexpr std::uint32_t kMaxAttentionRows = 0x7FFFFFFF;
 // The workspace of a call: the split partials, or 0 when every token's row list is one split of 64-head blocks
 // (a prefill chunk of many tokens: the output is written directly). The workspace may be null when it is 0.
 std::uint64_t attention_workspace_bytes(std::uint32_t count, std::uint32_t heads, std::uint32_t max_rows);
