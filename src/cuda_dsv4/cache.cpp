@@ -2,6 +2,7 @@
 // second time against the plan with the CPU's check_accounting), the step protocol on the bookkeeping the
 // CPU cache uses (src/dsv4/cache_bookkeeping.*), device views for the kernels and host copies for tests.
 #include <algorithm>
+#include <cstdint>
 #include <limits>
 #include <unordered_set>
 #include <utility>
@@ -80,7 +81,12 @@ Result<DeviceDeepseek4Cache> DeviceDeepseek4Cache::create(const kd::CachePlan& g
     KVC_TRY(b.indexer.fill(0));
   }
   KVC_TRY(impl->fill_states());
-  KVC_ASSIGN_OR_RETURN(impl->status, DeviceBuffer::allocate(sizeof(std::uint32_t)));
+  auto status = DeviceBuffer::allocate(sizeof(std::uint32_t));
+  if (!status.ok()) {
+    return make_error(ErrorCode::CapacityExceeded, "device allocation of the 4-byte status word failed: {}",
+                      status.error().message);
+  }
+  impl->status = std::move(status).value();
   KVC_TRY(impl->status.fill(0));
   std::vector<std::uint64_t> counted;
   counted.reserve(impl->layers.size());
@@ -187,8 +193,17 @@ Status commit_cohort(std::span<DeviceDeepseek4Cache* const> caches, std::uint64_
 
 // ---- Host copies ----
 
+namespace {
+Status check_download_layer(std::uint32_t layer, std::size_t layers) {
+  if (layer >= layers) {
+    return make_error(ErrorCode::InvalidArgument, "layer {} is out of range: the cache has {} layers", layer, layers);
+  }
+  return ok_status();
+}
+}  // namespace
+
 Result<std::vector<std::uint8_t>> DeviceDeepseek4Cache::download_attention(std::uint32_t layer) const {
-  KVC_ASSERT(layer < impl_->layers.size(), "layer index out of range");
+  KVC_TRY(check_download_layer(layer, impl_->layers.size()));
   const DeviceBuffer& b = impl_->layers[layer].attention;
   std::vector<std::uint8_t> out(b.size());
   KVC_TRY(b.download(out.data(), out.size()));
@@ -196,7 +211,7 @@ Result<std::vector<std::uint8_t>> DeviceDeepseek4Cache::download_attention(std::
 }
 
 Result<std::vector<std::uint8_t>> DeviceDeepseek4Cache::download_indexer(std::uint32_t layer) const {
-  KVC_ASSERT(layer < impl_->layers.size(), "layer index out of range");
+  KVC_TRY(check_download_layer(layer, impl_->layers.size()));
   const DeviceBuffer& b = impl_->layers[layer].indexer;
   std::vector<std::uint8_t> out(b.size());
   KVC_TRY(b.download(out.data(), out.size()));
@@ -204,7 +219,7 @@ Result<std::vector<std::uint8_t>> DeviceDeepseek4Cache::download_indexer(std::ui
 }
 
 Result<std::vector<float>> DeviceDeepseek4Cache::download_state(std::uint32_t layer, int which) const {
-  KVC_ASSERT(layer < impl_->layers.size(), "layer index out of range");
+  KVC_TRY(check_download_layer(layer, impl_->layers.size()));
   if (which < 0 || which > 3) return make_error(ErrorCode::InvalidArgument, "state index {} outside [0, 3]", which);
   const DeviceLayerBuffers& l = impl_->layers[layer];
   const DeviceBuffer* b = which == 0 ? &l.kv_state
@@ -243,6 +258,9 @@ Status validate_spans(std::span<const LayerSpan> spans, std::uint32_t layer) {
     KVC_ASSIGN_OR_RETURN(const kd::PrefillPlan planned, c.plan_prefill(c.position, s.count));
     (void)planned;
     if (s.kv == nullptr) return make_error(ErrorCode::InvalidArgument, "span {} has no kv rows", i);
+    if (reinterpret_cast<std::uintptr_t>(s.chunk_rows) % 2 != 0) {
+      return make_error(ErrorCode::InvalidArgument, "span {}: chunk_rows must be 2-byte aligned", i);
+    }
     const std::uint32_t m = c.plan.layers[layer].ratio;
     if (m != 0 && (s.compressor_kv == nullptr || s.compressor_score == nullptr)) {
       return make_error(ErrorCode::InvalidArgument, "span {}: layer {} (ratio {}) needs compressor_kv and "

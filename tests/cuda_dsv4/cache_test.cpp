@@ -183,6 +183,36 @@ TEST(CudaDsv4CacheSmall, ProtocolErrorsMatchTheCpu) {
   EXPECT_EQ(gpu2.position(), 1u);
 }
 
+// Host-side argument errors of the GPU cache that the CPU cache has no counterpart of: typed errors, nothing
+// written (the downloads of a layer out of range used to abort the process).
+TEST(CudaDsv4CacheSmall, HostArgumentErrorsAreTyped) {
+  if (!have_device()) GTEST_SKIP() << "no CUDA device";
+  const kd::ModelConfig model = tu::synthetic_config({0, 4, 128}, 4, 8);
+  DeviceDeepseek4Cache gpu = take(DeviceDeepseek4Cache::create(model, 300), "gpu");
+  const std::uint32_t layers = gpu.num_layers();
+  EXPECT_EQ(gpu.download_attention(layers).error().code, ErrorCode::InvalidArgument);
+  EXPECT_EQ(gpu.download_indexer(layers + 7).error().code, ErrorCode::InvalidArgument);
+  EXPECT_EQ(gpu.download_state(layers, 0).error().code, ErrorCode::InvalidArgument);
+  EXPECT_TRUE(gpu.download_state(0, 0).ok());
+  // LayerSpan::chunk_rows at an odd address: InvalidArgument before any launch, the window unchanged.
+  const std::vector<std::uint8_t> window_before = take(gpu.download_attention(0), "window");
+  DeviceBuffer kv = take(DeviceBuffer::allocate(512 * sizeof(float)), "kv");
+  DeviceBuffer rows = take(DeviceBuffer::allocate(2 * 1024), "chunk rows");
+  ASSERT_TRUE(kv.fill(0).ok());
+  LayerSpan span;
+  span.cache = &gpu;
+  span.count = 1;
+  span.kv = static_cast<const float*>(kv.data());
+  span.chunk_rows = static_cast<std::uint8_t*>(rows.data()) + 1;
+  const Status odd = write_window({&span, 1}, 0);
+  ASSERT_FALSE(odd.ok());
+  EXPECT_EQ(odd.error().code, ErrorCode::InvalidArgument);
+  EXPECT_NE(odd.error().message.find("chunk_rows"), std::string::npos);
+  EXPECT_EQ(take(gpu.download_attention(0), "window"), window_before);
+  span.chunk_rows = static_cast<std::uint8_t*>(rows.data());
+  EXPECT_TRUE(write_window({&span, 1}, 0).ok());
+}
+
 // Runs `n` tokens on both backends of `s` in chunks of up to `chunk` (1 = decode).
 void advance(Sequence& s, const DeviceWeights& w, std::uint64_t n, std::uint64_t chunk) {
   std::vector<Sequence*> batch{&s};

@@ -56,8 +56,8 @@ struct DeviceLayerView {
 
 class DeviceDeepseek4Cache {
  public:
-  // Allocates every buffer of the plan on device 0 (rows zeroed, kv states 0, score states -inf) and counts
-  // the real allocations against the plan with the CPU's check_accounting: Accounting when they differ (a
+  // Allocates every buffer of the plan on the current device (rows zeroed, kv states 0, score states -inf) and
+  // counts the real allocations against the plan with the CPU's check_accounting: Accounting when they differ (a
   // hand-edited plan), the plan's own errors for a bad model / context, CapacityExceeded when the device
   // cannot allocate it. Besides the plan's buffers the cache holds one 4-byte status word for its kernels.
   static Result<DeviceDeepseek4Cache> create(const kd::CachePlan& plan);
@@ -100,7 +100,9 @@ class DeviceDeepseek4Cache {
   // Poisons the cache if the device refill fails.
   Status reset();
 
-  // ---- Host copies (tests, tools): the whole buffer of a layer, synchronously ----
+  // ---- Host copies (tests, tools): the whole buffer of a layer, synchronously; InvalidArgument for a layer out
+  // of range. Like snapshot, restore, hydrate and reset they copy through the legacy default stream, which is
+  // not ordered after kernels on a cudaStreamNonBlocking stream: synchronise such a stream first. ----
   Result<std::vector<std::uint8_t>> download_attention(std::uint32_t layer) const;
   Result<std::vector<std::uint8_t>> download_indexer(std::uint32_t layer) const;
   // which: 0 kv, 1 score, 2 indexer kv, 3 indexer score.
