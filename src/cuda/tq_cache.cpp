@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <tuple>
 #include <utility>
 
 #include "append_commit.hpp"
@@ -364,10 +365,33 @@ Result<DecodePlan> DeviceCache::plan_decode(std::uint32_t layer, std::uint32_t q
   return tq::plan_decode(layers_[layer]->layout, config_, q_heads, max_length, multiprocessors_);
 }
 
+namespace {
+bool same_layout(const LayerLayout& a, const LayerLayout& b) {
+  auto fields = [](const LayerLayout& l) {
+    return std::tie(l.head_dim, l.kv_heads, l.sequences, l.capacity, l.exact_window, l.token.key_codes,
+                    l.token.key_signs, l.token.key_norm, l.token.key_residual_norm, l.token.value_codes,
+                    l.token.value_norm, l.key_codes_offset, l.key_signs_offset, l.key_norms_offset,
+                    l.key_residual_norms_offset, l.value_codes_offset, l.value_norms_offset, l.window_keys_offset,
+                    l.window_values_offset, l.total_bytes);
+  };
+  return fields(a) == fields(b);
+}
+}  // namespace
+
+// A plan carries the layout it was made for, and the kernels take the region offsets, heads, capacity and
+// sequence count from it: a plan of another layer (or cache) would walk this layer's buffer with them.
+Status DeviceCache::check_plan_layout(std::uint32_t layer, const LayerLayout& planned, const char* what) const {
+  if (!same_layout(planned, layers_[layer]->layout)) {
+    return make_error(ErrorCode::Mismatch, "the {} plan was made for another layout than layer {}", what, layer);
+  }
+  return ok_status();
+}
+
 Status DeviceCache::decode(std::uint32_t layer, const DecodePlan& plan, const float* queries, const float* sinks,
                            float scale, float* output, void* workspace, void* stream,
                            std::uint32_t* status) const {
   KVC_TRY(check_layer_seq(layer, 0, true));
+  KVC_TRY(check_plan_layout(layer, plan.layout, "decode"));
   KVC_TRY(check_plan_covers(layer, plan.max_length));
   const Layer& l = *layers_[layer];
   DecodeArgs args;
@@ -391,11 +415,8 @@ Result<PrefillPlan> DeviceCache::plan_prefill(std::uint32_t layer, std::uint32_t
 Status DeviceCache::prefill(std::uint32_t layer, const PrefillPlan& plan, PrefillArgs args, void* workspace,
                             void* stream) const {
   KVC_TRY(check_layer_seq(layer, 0, true));
+  KVC_TRY(check_plan_layout(layer, plan.layout, "prefill"));
   const Layer& l = *layers_[layer];
-  if (plan.layout.kv_heads != l.layout.kv_heads || plan.layout.capacity != l.layout.capacity ||
-      plan.layout.sequences != l.layout.sequences || plan.layout.total_bytes != l.layout.total_bytes) {
-    return make_error(ErrorCode::Mismatch, "the prefill plan was made for another layout than layer {}", layer);
-  }
   KVC_TRY(check_plan_covers(layer, plan.max_length));
   args.lengths = l.device_lengths();
   args.window_begins = l.device_window_begins();

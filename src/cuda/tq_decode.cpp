@@ -14,6 +14,8 @@
 namespace kvcompact::cuda::tq {
 
 namespace {
+constexpr std::uint64_t kMaxGridYZ = 65535;  // CUDA's limit on a grid's y and z dimensions
+
 std::uint64_t align256(std::uint64_t x) { return (x + 255u) & ~std::uint64_t{255}; }
 
 // One arrival word per block row of the fused kernel: (sequence, KV head, head group).
@@ -39,6 +41,13 @@ Result<DecodePlan> plan_decode(const LayerLayout& layout, const kvcompact::tq::Q
   if (layout.exact_window > detail::kMaxWindow) {
     return make_error(ErrorCode::Unsupported, "exact window {} exceeds the CUDA decode limit {}", layout.exact_window,
                       detail::kMaxWindow);
+  }
+  // The fused kernel's grid is (splits, kv_heads x head groups, sequences); the window and merge kernels' are
+  // (q_heads, sequences) and sequences x q_heads blocks.
+  const std::uint64_t grid_y = std::uint64_t{layout.kv_heads} * ((q_heads / layout.kv_heads + kDecodeGroup - 1) / kDecodeGroup);
+  if (grid_y > kMaxGridYZ || layout.sequences > kMaxGridYZ) {
+    return make_error(ErrorCode::OutOfRange, "decode grid (kv heads x head groups {}, sequences {}) exceeds the CUDA "
+                      "limit {}", grid_y, layout.sequences, kMaxGridYZ);
   }
   if (multiprocessors <= 0) multiprocessors = 1;
   DecodePlan plan;

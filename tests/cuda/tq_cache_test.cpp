@@ -332,5 +332,28 @@ TEST(CudaCache, ArgumentErrorsEqualTheCpuCache) {
   EXPECT_EQ(cpu.attention(0, {&fine, 1}, options).error().code, gpu.attention(0, {&fine, 1}, options).error().code);
 }
 
+// A decode or prefill plan made for another layer's layout (here 2 KV heads against 4): Mismatch before any
+// launch. (The decode took the plan's region offsets and head count and walked the other layer's buffer.)
+TEST(CudaCache, PlansOfAnotherLayerAreRejected) {
+  if (device_count() == 0) GTEST_SKIP() << "no CUDA device (cudaGetDeviceCount reports none)";
+  const QuantConfig config = QuantConfig::recommended(5);
+  CacheShape shape;
+  shape.head_dim = 64;
+  shape.kv_heads = {2, 4};
+  shape.sequences = 2;
+  shape.capacity = 64;
+  auto gpu = take(DeviceCache::create(shape, config));
+  const DecodePlan two = take(gpu.plan_decode(0, 8, 16));
+  const DecodePlan four = take(gpu.plan_decode(1, 8, 16));
+  auto mismatch = [](const Status& st) {
+    return !st.ok() && st.error().code == ErrorCode::Mismatch &&
+           st.error().message.find("another layout") != std::string::npos;
+  };
+  EXPECT_TRUE(mismatch(gpu.decode(0, four, nullptr, nullptr, 0.0f, nullptr, nullptr)));
+  EXPECT_TRUE(mismatch(gpu.decode(1, two, nullptr, nullptr, 0.0f, nullptr, nullptr)));
+  const PrefillPlan prefill_two = take(gpu.plan_prefill(0, 8, 16));
+  EXPECT_TRUE(mismatch(gpu.prefill(1, prefill_two, PrefillArgs{})));
+}
+
 }  // namespace
 }  // namespace kvcompact::cuda::tq

@@ -359,6 +359,15 @@ TEST(CudaDecode, UnsupportedShapesAreTypedErrors) {
   auto layout128 = take(kvcompact::tq::plan_layer_layout(128, 2, 1, 64, config));
   EXPECT_EQ(plan_decode(layout128, config, 3, 64, 132).error().code, ErrorCode::InvalidArgument);
   EXPECT_EQ(plan_decode(layout128, config, 4, 65, 132).error().code, ErrorCode::OutOfRange);
+  // Beyond the grid's y / z limit (65535): more sequences, or more KV heads x head groups, than one launch holds.
+  auto grid_error = [](const auto& planned) {
+    return !planned.ok() && planned.error().code == ErrorCode::OutOfRange &&
+           planned.error().message.find("decode grid") != std::string::npos;
+  };
+  auto many_sequences = take(kvcompact::tq::plan_layer_layout(64, 1, 70000, 16, config));
+  EXPECT_TRUE(grid_error(plan_decode(many_sequences, config, 1, 16, 132)));
+  auto many_heads = take(kvcompact::tq::plan_layer_layout(64, 70000, 1, 16, config));
+  EXPECT_TRUE(grid_error(plan_decode(many_heads, config, 70000, 16, 132)));
 }
 
 // A one-layer CPU cache of random sequences, its device codec and layer copy, the lengths and random queries (also

@@ -136,6 +136,7 @@ class DeviceCache {
 
   // Decode attention for every sequence of `layer` (one query row each, at position length − 1). Plan once
   // per (layer, q_heads, max_length); decode allocates nothing. queries / sinks / output are device arrays.
+  // A plan made for another layer's layout is Mismatch (as for prefill).
   // `status`: an optional device word into which the kernels OR kDecodeLengthBeyondPlan when a sequence's
   // device length is beyond the plan (its output rows are NaN; DecodeArgs::status).
   Result<DecodePlan> plan_decode(std::uint32_t layer, std::uint32_t q_heads, std::uint32_t max_length) const;
@@ -147,10 +148,12 @@ class DeviceCache {
   // exact window). Differences: requests' queries / output are DEVICE arrays [rows, q_heads, head_dim];
   // options.sinks is a DEVICE array [q_heads] or null (its values cannot be checked on the host);
   // options.threads and chunk_tokens are ignored. It plans per call, uploads the requests' positions (after
-  // synchronising `stream`, so the small argument buffer is never overwritten while a kernel reads it) and
-  // launches one prefill kernel per request on `stream`; it does not wait for them. Where the plan splits the
-  // keys, the cache keeps the workspace (grown when a call needs more). Not graph-capturable: use
-  // plan_prefill / prefill for that.
+  // synchronising `stream`, so the small argument buffer is never overwritten while a kernel of an earlier call
+  // on `stream` reads it) and launches one prefill kernel per request on `stream`; it does not wait for them.
+  // Where the plan splits the keys, the cache keeps the workspace (grown when a call needs more). The argument
+  // buffer and that workspace belong to the cache, not to a stream: calls on different streams must not overlap
+  // (synchronise the earlier call's stream before a call on another one), or the later call rewrites them
+  // under the earlier one's kernels. Not graph-capturable: use plan_prefill / prefill for that.
   Status attention(std::uint32_t layer, std::span<const kvcompact::tq::AttentionRequest> requests,
                    const kvcompact::tq::AttentionOptions& options, void* stream = nullptr,
                    PrefillPrecision precision = kDefaultPrefillPrecision);
@@ -170,6 +173,8 @@ class DeviceCache {
   struct Layer;
   DeviceCache() = default;
   Status check_layer_seq(std::uint32_t layer, std::uint32_t seq, bool need_attention) const;
+  // Mismatch unless `planned` is layer `layer`'s layout (decode / prefill plans; `what` names the plan).
+  Status check_plan_layout(std::uint32_t layer, const LayerLayout& planned, const char* what) const;
   Status check_append_requests(std::uint32_t layer, std::span<const AppendRequest> requests, const char* caller) const;
   Status check_no_pending_appends(const char* operation) const;
   // check_no_pending_appends, and the host's lengths are current: no append_at_length since sync_lengths and,
