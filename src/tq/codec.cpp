@@ -71,6 +71,18 @@ Result<float> norm_to_f32(double norm, std::string_view what) {
   return static_cast<float>(norm);
 }
 
+// The norm-corrected stored norm RN32(‖x‖ / ‖c‖). ‖c‖ < 1 for most code vectors, so a norm within a few per cent
+// of FLT_MAX can round to inf here although ‖x‖ itself fits: a typed error, as for ‖x‖ beyond float32.
+Result<float> corrected_norm_to_f32(double norm, double code_norm_sq, std::string_view what) {
+  const float stored = static_cast<float>(norm / std::sqrt(code_norm_sq));
+  if (std::isinf(stored)) {
+    return make_error(ErrorCode::OutOfRange,
+                      "{} norm {:g} exceeds the float32 range of the stored norm after norm correction (/ {:g})", what,
+                      norm, std::sqrt(code_norm_sq));
+  }
+  return stored;
+}
+
 // y = x / ‖x‖ as the codec defines it (kvcompact/tq/normalise.hpp; the CUDA encode kernels do the same).
 void normalise(std::span<const float> x, double norm, std::span<float> y) {
   if (normalises_by_product(norm)) {
@@ -142,7 +154,9 @@ Status LayerCodec::encode_key(std::span<const float> key, KeyRecord out, std::sp
   normalise(key, norm, y);
   main_rotation_->forward(y, y);
   const double code_norm_sq = quantize_codes(*key_codebook_, y, out.codes);
-  if (config_.norm_correction) stored_norm = static_cast<float>(norm / std::sqrt(code_norm_sq));
+  if (config_.norm_correction) {
+    KVC_ASSIGN_OR_RETURN(stored_norm, corrected_norm_to_f32(norm, code_norm_sq, "key"));
+  }
   *out.norm = stored_norm;
   if (!config_.has_qjl()) return ok_status();
 
@@ -178,7 +192,9 @@ Status LayerCodec::encode_value(std::span<const float> value, ValueRecord out, s
   normalise(value, norm, y);
   main_rotation_->forward(y, y);
   const double code_norm_sq = quantize_codes(*value_codebook_, y, out.codes);
-  if (config_.norm_correction) stored_norm = static_cast<float>(norm / std::sqrt(code_norm_sq));
+  if (config_.norm_correction) {
+    KVC_ASSIGN_OR_RETURN(stored_norm, corrected_norm_to_f32(norm, code_norm_sq, "value"));
+  }
   *out.norm = stored_norm;
   return ok_status();
 }

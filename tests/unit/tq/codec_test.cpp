@@ -5,6 +5,8 @@
 #include <cmath>
 #include <limits>
 #include <random>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "kvcompact/tq/codebook.hpp"
@@ -342,6 +344,26 @@ TEST(Codec, ExtremeZeroAndNonFiniteInputs) {
     // A norm beyond float32 (finite coordinates near FLT_MAX) is a typed error, not an inf.
     std::vector<float> huge(d, std::numeric_limits<float>::max());
     EXPECT_EQ(codec.encode_key(huge, key.record(), scratch).error().code, ErrorCode::OutOfRange);
+    // A norm that fits float32 (FLT_MAX itself) but whose norm-corrected value ‖x‖ / ‖c‖ does not (after the
+    // rotation every coordinate of a basis vector has magnitude 1/√d, whose centroid is below it: ‖c‖ ≈ 0.94):
+    // a typed error too with norm correction, where it was stored as inf; without it the norm is stored as is.
+    std::vector<float> edge(d, 0.0f);
+    edge[0] = std::numeric_limits<float>::max();
+    const bool nc = std::string_view(mode).find(",nc") != std::string_view::npos;
+    for (const Status& st : {codec.encode_key(edge, key.record(), scratch),
+                             codec.encode_value(edge, value.record(), scratch)}) {
+      if (!nc) {
+        EXPECT_TRUE(st.ok()) << mode;
+        continue;
+      }
+      ASSERT_FALSE(st.ok()) << mode;
+      EXPECT_EQ(st.error().code, ErrorCode::OutOfRange);
+      EXPECT_NE(st.error().message.find("norm correction"), std::string::npos) << st.error().message;
+    }
+    if (!nc) {
+      EXPECT_EQ(key.norm, std::numeric_limits<float>::max());
+      EXPECT_EQ(value.norm, std::numeric_limits<float>::max());
+    }
   }
 }
 
