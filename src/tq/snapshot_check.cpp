@@ -2,6 +2,11 @@
 #include "kvcompact/tq/snapshot_check.hpp"
 
 #include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "kvcompact/core/dtypes.hpp"
 
 namespace kvcompact::tq {
 
@@ -26,6 +31,19 @@ namespace {
 bool same_token_bytes(const TokenBytes& a, const TokenBytes& b) {
   return a.key_codes == b.key_codes && a.key_signs == b.key_signs && a.key_norm == b.key_norm &&
          a.key_residual_norm == b.key_residual_norm && a.value_codes == b.value_codes && a.value_norm == b.value_norm;
+}
+
+// Little-endian f32 norms (LayerSnapshot::key_norms / value_norms).
+Status check_norms(const std::vector<std::uint8_t>& bytes, const char* what) {
+  for (std::size_t i = 0; i + 4 <= bytes.size(); i += 4) {
+    float norm;
+    std::memcpy(&norm, bytes.data() + i, 4);  // (the snapshot's bytes are the cache's: host order, little-endian)
+    if (!std::isfinite(norm)) return make_error(ErrorCode::NonFinite, "snapshot {} norm {} is {}", what, i / 4, norm);
+    if (norm < 0.0f) {
+      return make_error(ErrorCode::Corrupt, "snapshot {} norm {} is {}; norms must be non-negative", what, i / 4, norm);
+    }
+  }
+  return ok_status();
 }
 
 Error with_numbers(Error e, std::uint64_t expected, std::uint64_t actual) {
@@ -96,6 +114,19 @@ Status validate_snapshot(const LayerSnapshot& snap, const SnapshotTarget& target
   for (std::size_t i = 0; i < snap.window_keys.size(); ++i) {
     if (!std::isfinite(snap.window_keys[i]) || !std::isfinite(snap.window_values[i])) {
       return make_error(ErrorCode::NonFinite, "snapshot window float {} is not finite", i);
+    }
+  }
+  // The norms as the blob decoder requires them (blob.cpp, validate_blob_values): finite and non-negative, or
+  // attention over the restored tokens would be NaN.
+  KVC_TRY(check_norms(snap.key_norms, "key"));
+  KVC_TRY(check_norms(snap.value_norms, "value"));
+  for (std::size_t i = 0; i + 2 <= snap.key_residual_norms.size(); i += 2) {
+    std::uint16_t half;
+    std::memcpy(&half, snap.key_residual_norms.data() + i, 2);
+    const float rho = f16_to_f32(half);
+    if (!std::isfinite(rho)) return make_error(ErrorCode::NonFinite, "snapshot key residual norm {} is {}", i / 2, rho);
+    if (rho < 0.0f) {
+      return make_error(ErrorCode::Corrupt, "snapshot key residual norm {} is {}; it must be non-negative", i / 2, rho);
     }
   }
   return ok_status();

@@ -8,6 +8,7 @@
 #include <limits>
 #include <memory>
 #include <cstring>
+#include <string>
 #include <algorithm>
 #include <random>
 #include <vector>
@@ -60,6 +61,21 @@ TEST(TqCache, CreateRejectsBadShapes) {
   // Layer indices count the non-attention layer: the last codec is seeded with layer index 2.
   ASSERT_NE(cache->codec(2), nullptr);
   EXPECT_EQ(cache->codec(2)->layer_index(), 2u);
+}
+
+// A cache the host cannot allocate (here ~4.4 PB: every layout size fits 64 bits) is a typed CapacityExceeded,
+// not an exception out of create. (Under AddressSanitizer this needs allocator_may_return_null=1: the cpu-asan
+// test preset sets it.)
+TEST(TqCache, CreateOfTooLargeACacheIsCapacityExceeded) {
+  CacheShape shape;
+  shape.head_dim = 128;
+  shape.kv_heads = {8};
+  shape.sequences = 4096;
+  shape.capacity = 1u << 30;
+  auto cache = TurboQuantCache::create(shape, QuantConfig::recommended());
+  ASSERT_FALSE(cache.ok());
+  EXPECT_EQ(cache.error().code, ErrorCode::CapacityExceeded);
+  EXPECT_NE(cache.error().message.find("host allocation"), std::string::npos) << cache.error().message;
 }
 
 TEST(TqCache, AppendErrorsNameTheNumbersAndStoreNothing) {
@@ -201,6 +217,20 @@ TEST(TqCache, RestoreChecksEverythingBeforeTouchingTheCache) {
   EXPECT_EQ(cache->restore(0, 1, other).error().code, ErrorCode::Corrupt);
   other = *snap;
   other.window_values[3] = std::numeric_limits<float>::infinity();
+  EXPECT_EQ(cache->restore(0, 1, other).error().code, ErrorCode::NonFinite);
+  // Norms as the blob decoder requires them: finite and non-negative (f32 key / value norms, f16 residual norms).
+  auto set_float = [](std::vector<std::uint8_t>& bytes, std::size_t i, float v) {
+    std::memcpy(bytes.data() + 4 * i, &v, 4);
+  };
+  other = *snap;
+  set_float(other.key_norms, 5, std::numeric_limits<float>::quiet_NaN());
+  EXPECT_EQ(cache->restore(0, 1, other).error().code, ErrorCode::NonFinite);
+  other = *snap;
+  set_float(other.value_norms, 11, -1.0f);
+  EXPECT_EQ(cache->restore(0, 1, other).error().code, ErrorCode::Corrupt);
+  other = *snap;
+  const std::uint16_t half_inf = 0x7C00;
+  std::memcpy(other.key_residual_norms.data() + 2 * 3, &half_inf, 2);
   EXPECT_EQ(cache->restore(0, 1, other).error().code, ErrorCode::NonFinite);
   EXPECT_EQ(cache->length(0, 1), 0u);  // none of the failures stored anything
 
