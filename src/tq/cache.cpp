@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <mutex>
 #include <new>
 
@@ -24,8 +25,13 @@ struct AlignedDelete {
 };
 using AlignedBuffer = std::unique_ptr<std::uint8_t[], AlignedDelete>;
 
+// Empty when the host cannot allocate `bytes` (the nothrow form: under AddressSanitizer a throwing new reports a
+// failed allocation as a fatal error instead of throwing std::bad_alloc).
 AlignedBuffer allocate_zeroed(std::uint64_t bytes) {
-  auto* p = static_cast<std::uint8_t*>(::operator new[](bytes == 0 ? 1 : bytes, std::align_val_t{kRegionAlignment}));
+  if (bytes > std::numeric_limits<std::size_t>::max()) return AlignedBuffer();
+  auto* p = static_cast<std::uint8_t*>(
+      ::operator new[](bytes == 0 ? 1 : bytes, std::align_val_t{kRegionAlignment}, std::nothrow));
+  if (p == nullptr) return AlignedBuffer();
   std::memset(p, 0, bytes);
   return AlignedBuffer(p);
 }
@@ -78,6 +84,10 @@ Result<TurboQuantCache> TurboQuantCache::create(const CacheShape& shape, const Q
       KVC_ASSIGN_OR_RETURN(LayerCodec codec, LayerCodec::create(shape.head_dim, config, l));
       layer->codec = std::make_unique<LayerCodec>(std::move(codec));
       layer->data = allocate_zeroed(layer->layout.total_bytes);
+      if (!layer->data) {
+        return make_error(ErrorCode::CapacityExceeded, "host allocation of {} bytes for layer {} failed",
+                          layer->layout.total_bytes, l);
+      }
       layer->lengths.assign(shape.sequences, 0);
       layer->window_begins.assign(shape.sequences, 0);
     }
