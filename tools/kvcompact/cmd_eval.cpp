@@ -17,6 +17,7 @@ namespace {
 struct EvalCliOptions {
   std::vector<std::uint32_t> contexts;
   std::string modes;  // ';'-separated (mode strings contain commas)
+  bool modes_given = false;
   std::uint32_t head_dim = 128;
   std::uint32_t kv_heads = 2;
   std::uint32_t q_heads = 8;
@@ -45,6 +46,12 @@ int run_eval_command(const EvalCliOptions& cli) {
   tq::EvalOptions options;
   options.contexts = cli.contexts;
   options.modes = split_modes(cli.modes);
+  if (cli.modes_given && options.modes.empty()) {
+    std::fprintf(stderr,
+                 "kvcompact eval: InvalidArgument: --modes '%s' names no mode (omit it for the built-in list)\n",
+                 cli.modes.c_str());
+    return 1;
+  }
   options.head_dim = cli.head_dim;
   options.kv_heads = cli.kv_heads;
   options.q_heads = cli.q_heads;
@@ -76,19 +83,26 @@ const CommandRegistration registration{"eval", [](CLI::App& app, int& exit_code)
       "eval", "Evaluate TurboQuant modes: bits, codec statistics vs theory, attention fidelity and speed");
   cmd->add_option("--contexts", options->contexts, "context lengths (default 1024 8192 32768; quick: 1024 4096)")
       ->delimiter(',');
-  cmd->add_option("--modes", options->modes,
+  CLI::Option* modes = cmd->add_option("--modes", options->modes,
                   "modes separated by ';', e.g. \"seed;k=prod4,v=mse4;k=mse4,v=mse4,nc,w=128\" (default: a built-in list)");
   cmd->add_option("--head-dim", options->head_dim, "head dimension (multiple of 16, 16..1024)")->capture_default_str();
   cmd->add_option("--kv-heads", options->kv_heads, "KV heads of the synthetic layer")->capture_default_str();
   cmd->add_option("--q-heads", options->q_heads, "query heads (a multiple of --kv-heads)")->capture_default_str();
-  cmd->add_option("--seed", options->seed, "data and rotation seed")->capture_default_str();
+  cmd->add_option("--seed", options->seed, "data and rotation seed")
+      ->check(CLI::Validator(  // (an unsigned option would take -1 as 2^64 - 1)
+          [](std::string& value) { return value.find('-') != std::string::npos ? "must not be negative" : ""; },
+          "", "non-negative"))
+      ->capture_default_str();
   cmd->add_option("--threads", options->threads, "worker threads (0: KVCOMPACT_NUM_THREADS or all cores)")
       ->capture_default_str();
   cmd->add_flag("--quick", options->quick, "smaller contexts and sample counts (a smoke run)");
   auto* json = cmd->add_flag("--json", options->json, "print JSON instead of the table");
   cmd->add_flag("--csv", options->csv, "print CSV (one row per mode and context)")->excludes(json);
   cmd->add_flag("-q,--quiet", options->quiet, "no progress lines on stderr");
-  cmd->callback([options, &exit_code] { exit_code = run_eval_command(*options); });
+  cmd->callback([options, modes, &exit_code] {
+    options->modes_given = modes->count() > 0;
+    exit_code = run_eval_command(*options);
+  });
 }};
 
 }  // namespace

@@ -2,6 +2,7 @@
 // (KVCB layer blobs, the seed system's TQK1 / TQV1 blobs, DeepSeek-V4 anchor images).
 // Exit code 0 when the file verifies, 1 when it does not or cannot be read.
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <string>
@@ -19,6 +20,11 @@ struct InspectOptions {
 };
 
 int run_inspect(const InspectOptions& options) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(options.path, ec)) {
+    std::fprintf(stderr, "kvcompact inspect: '%s' is a directory\n", options.path.c_str());
+    return 1;
+  }
   std::ifstream in(options.path, std::ios::binary);
   if (!in) {
     std::fprintf(stderr, "kvcompact inspect: cannot open '%s'\n", options.path.c_str());

@@ -1,7 +1,13 @@
 // kvcompact CLI entry point: builds the CLI11 app from the registered sub-commands
-// (plan, eval, inspect, ...) and maps errors to exit codes (0 ok, 1 error, 2 usage).
+// (plan, eval, inspect, ...) and maps errors to exit codes (0 ok, 1 error, 2 usage). An exception out of a
+// command (e.g. out of memory) is an error with its message, not an abort, and so is a failed write of the
+// output (a full disk or a closed pipe must not look like success).
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <exception>
+#include <new>
 
 #include "command.hpp"
 
@@ -30,6 +36,18 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "kvcompact: out of memory (the requested sizes need more than the host can allocate)\n");
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kvcompact: %s\n", e.what());
+    return 1;
+  }
+  errno = 0;
+  if (std::fflush(stdout) != 0 || std::ferror(stdout) != 0) {
+    std::fprintf(stderr, "kvcompact: writing the output failed%s%s\n", errno != 0 ? ": " : "",
+                 errno != 0 ? std::strerror(errno) : "");
+    return 1;
   }
   return exit_code;
 }

@@ -23,9 +23,11 @@ struct CommandResult {
   std::string output;  // stdout and stderr
 };
 
-// Runs the binary; stderr joins the output unless `keep_stderr_out` (then it is discarded).
-CommandResult run_cli(const std::string& args, bool keep_stderr_out = false) {
-  const std::string command = std::string(KVCOMPACT_CLI) + " " + args + (keep_stderr_out ? " 2>/dev/null" : " 2>&1");
+// Runs the binary; stderr joins the output unless `keep_stderr_out` (then it is discarded), or `redirects`
+// replaces both rules (e.g. "2>&1 >/dev/full": stderr captured, stdout elsewhere).
+CommandResult run_cli(const std::string& args, bool keep_stderr_out = false, const std::string& redirects = "") {
+  const std::string command = std::string(KVCOMPACT_CLI) + " " + args + " " +
+                              (!redirects.empty() ? redirects : keep_stderr_out ? "2>/dev/null" : "2>&1");
   CommandResult result;
   FILE* pipe = popen(command.c_str(), "r");
   if (pipe == nullptr) return result;
@@ -125,6 +127,25 @@ TEST(Cli, EvalQuickEmitsJsonAndCsv) {
   ASSERT_EQ(result.exit_code, 0) << result.output;
   EXPECT_NE(result.output.find("k=prod3,v=mse2"), std::string::npos) << result.output;
   EXPECT_NE(run_cli("eval --modes k=prod9,v=mse2").exit_code, 0);
+}
+
+// Inputs that used to abort the tool, run the wrong thing or report success: each is now an error with a message.
+TEST(Cli, BadInputsAndFailedWritesAreErrors) {
+  const auto dir = std::filesystem::temp_directory_path();
+  auto result = run_cli("inspect " + dir.string());
+  EXPECT_EQ(result.exit_code, 1) << result.output;  // (an uncaught std::ios_failure: exit 134)
+  EXPECT_NE(result.output.find("is a directory"), std::string::npos) << result.output;
+  result = run_cli("eval --quick -q --modes ';;'");
+  EXPECT_EQ(result.exit_code, 1) << result.output;  // (ran the built-in list)
+  EXPECT_NE(result.output.find("names no mode"), std::string::npos) << result.output;
+  result = run_cli("eval --quick -q --modes seed --seed -1");
+  EXPECT_EQ(result.exit_code, 2) << result.output;  // (ran with seed 2^64 - 1)
+  EXPECT_NE(result.output.find("must not be negative"), std::string::npos) << result.output;
+  if (std::filesystem::exists("/dev/full")) {
+    result = run_cli("plan --model deepseek-v4-flash --context 100 --json", false, "2>&1 >/dev/full");
+    EXPECT_EQ(result.exit_code, 1) << result.output;  // (exit 0 with nothing written)
+    EXPECT_NE(result.output.find("writing the output failed"), std::string::npos) << result.output;
+  }
 }
 
 }  // namespace
