@@ -183,6 +183,11 @@ Result<std::vector<std::uint8_t>> write_anchor_image(const CachePlan& plan, std:
     return make_error(ErrorCode::InvalidArgument, "token ledger of {} ids for a cache at position {}", tokens.size(),
                       position);
   }
+  // The decoder's bound: an image it would refuse is not written.
+  if (plan.layers.empty() || plan.layers.size() > kAnchorImageMaxLayers) {
+    return make_error(ErrorCode::Unsupported, "an anchor image holds 1 to {} layers; the cache has {}",
+                      kAnchorImageMaxLayers, plan.layers.size());
+  }
   const std::uint64_t p = position;
   Writer w;
   w.out.reserve(kAnchorImageHeaderBytes + 4 * tokens.size());

@@ -116,6 +116,9 @@ namespace {
 // Decodes one blob of either format and checks it against the cache.
 Result<LayerBlob> decode_for_cache(const TurboQuantCache& cache, std::uint32_t layer, BlobKind kind,
                                    std::span<const std::uint8_t> bytes) {
+  if (layer >= cache.num_layers()) {
+    return make_error(ErrorCode::OutOfRange, "layer {} is outside the cache's {} layers", layer, cache.num_layers());
+  }
   const std::uint32_t kv_heads = cache.kv_heads(layer);
   if (kv_heads == 0) {
     return make_error(ErrorCode::InvalidArgument, "layer {} of {} has no attention to restore into", layer,

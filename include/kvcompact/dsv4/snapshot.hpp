@@ -34,7 +34,10 @@ Result<Snapshot> take_snapshot(const Deepseek4Cache& cache);
 
 // Restores rows, states and position, and clears poison. Mismatch when the snapshot is of another plan,
 // of another cache, or when the cache has since rewound below the snapshot's position (reset, or a
-// restore to an earlier point, after which its compressed rows may have been rewritten).
+// restore to an earlier point, after which its compressed rows may have been rewritten); ContextBound for a
+// position beyond the context. A Snapshot's fields are public for inspection, not for editing: restore trusts
+// the position and rewind count it carries (within those bounds), so an edited one restores a cache whose
+// compressed rows do not match its position.
 Status restore_snapshot(Deepseek4Cache& cache, const Snapshot& snapshot);
 
 // A new cache of the same model and storage with `context` (>= the source's position, and within the

@@ -91,6 +91,15 @@ TEST(Dsv4AnchorImage, EncodeErrors) {
   cache.poison("x");
   ledger.push_back(0);
   EXPECT_EQ(encode_anchor_image(cache, ledger).error().code, ErrorCode::Poisoned);
+  // More layers than the format holds: refused when writing, not only when reading the image back.
+  ModelConfig many = testing::tiny_model();
+  many.num_hidden_layers = kAnchorImageMaxLayers + 1;
+  many.compress_ratios.assign(many.num_hidden_layers, 0);
+  auto wide = Deepseek4Cache::create(many, 4);
+  ASSERT_TRUE(wide.ok()) << wide.error().to_string();
+  const auto image = encode_anchor_image(*wide, {});
+  ASSERT_FALSE(image.ok());
+  EXPECT_EQ(image.error().code, ErrorCode::Unsupported);
 }
 
 TEST(Dsv4AnchorImage, HydrateMismatchesAreTyped) {

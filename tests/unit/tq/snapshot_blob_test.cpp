@@ -89,6 +89,9 @@ TEST(SnapshotBlob, ForeignBlobsAreMismatchesAndChangeNothing) {
   auto same = TurboQuantCache::create(shape(), config).value();
   EXPECT_EQ(restore_layer_blobs(same, 2, 0, blobs.keys, blobs.values).error().code, ErrorCode::Mismatch);
   EXPECT_EQ(restore_layer_blobs(same, 0, 0, blobs.keys, blobs.values).error().code, ErrorCode::InvalidArgument);
+  // A layer past the last: OutOfRange, as snapshot_layer_blobs and TurboQuantCache::restore say it.
+  EXPECT_EQ(restore_layer_blobs(same, 7, 0, blobs.keys, blobs.values).error().code, ErrorCode::OutOfRange);
+  EXPECT_EQ(snapshot_layer_blobs(same, 7, 0).error().code, ErrorCode::OutOfRange);
   EXPECT_EQ(restore_layer_blobs(same, 1, 0, blobs.values, blobs.keys).error().code, ErrorCode::Mismatch);
   auto layer2 = snapshot_layer_blobs(source, 2, 0).value();
   EXPECT_EQ(restore_layer_blobs(same, 1, 0, blobs.keys, layer2.values).error().code, ErrorCode::Mismatch);
