@@ -4,10 +4,12 @@
 
 #include <bit>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <sstream>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "kvcompact/core/checksum.hpp"
@@ -291,6 +293,10 @@ Result<ModelConfig> parse_config_json(std::string_view json_text, std::string na
 }
 
 Result<ModelConfig> load_config_file(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    return make_error(ErrorCode::Io, "config file '{}' is a directory", path);
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) return make_error(ErrorCode::Io, "cannot open config file '{}'", path);
   std::ostringstream text;
@@ -303,7 +309,16 @@ Result<ModelConfig> resolve_model(std::string_view preset_or_path) {
   for (const std::string& name : preset_names()) {
     if (preset_or_path == name) return preset_config(name);
   }
-  return load_config_file(std::string(preset_or_path));
+  auto loaded = load_config_file(std::string(preset_or_path));
+  if (!loaded.ok() && loaded.error().code == ErrorCode::Io) {
+    // Neither a preset nor a readable file: name the presets too (a misspelt preset reads as a missing file).
+    Error e = std::move(loaded).error();
+    std::string presets;
+    for (const std::string& name : preset_names()) presets += (presets.empty() ? "" : ", ") + name;
+    e.message += fmt::format(" (and it is not a preset: {})", presets);
+    return e;
+  }
+  return loaded;
 }
 
 }  // namespace kvcompact::dsv4

@@ -92,6 +92,16 @@ Result<QuantConfig> QuantConfig::parse(std::string_view text, std::uint64_t seed
   config.norm_correction = false;
   bool saw_keys = false;
   bool saw_values = false;
+  bool saw_nc = false;
+  bool saw_window = false;
+  // Each item at most once: a repeated one ("k=mse4,k=prod3") is an error, not "the last one wins".
+  auto once = [&text](bool& seen, std::string_view item) -> Status {
+    if (seen) {
+      return make_error(ErrorCode::InvalidArgument, "mode '{}' gives its {} item twice", text, item);
+    }
+    seen = true;
+    return ok_status();
+  };
   std::size_t pos = 0;
   while (pos <= text.size()) {
     std::size_t comma = text.find(',', pos);
@@ -99,9 +109,10 @@ Result<QuantConfig> QuantConfig::parse(std::string_view text, std::uint64_t seed
     std::string_view item = text.substr(pos, comma - pos);
     pos = comma + 1;
     if (item.starts_with("k=")) {
+      KVC_TRY(once(saw_keys, "k="));
       KVC_TRY(parse_key_spec(item.substr(2), config));
-      saw_keys = true;
     } else if (item.starts_with("v=")) {
+      KVC_TRY(once(saw_values, "v="));
       std::string_view spec = item.substr(2);
       if (!spec.starts_with("mse")) {
         return make_error(ErrorCode::InvalidArgument, "value mode '{}' must be mse<bits>", spec);
@@ -109,10 +120,11 @@ Result<QuantConfig> QuantConfig::parse(std::string_view text, std::uint64_t seed
       KVC_ASSIGN_OR_RETURN(std::uint32_t bits, parse_uint(spec.substr(3), "value bit width"));
       if (bits > 255) return make_error(ErrorCode::Unsupported, "value bits {} outside 2..4", bits);
       config.value_bits = static_cast<std::uint8_t>(bits);
-      saw_values = true;
     } else if (item == "nc") {
+      KVC_TRY(once(saw_nc, "nc"));
       config.norm_correction = true;
     } else if (item.starts_with("w=")) {
+      KVC_TRY(once(saw_window, "w="));
       KVC_ASSIGN_OR_RETURN(config.exact_window, parse_uint(item.substr(2), "exact window"));
     } else {
       return make_error(ErrorCode::InvalidArgument,

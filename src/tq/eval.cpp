@@ -319,6 +319,14 @@ Result<EvalReport> run_eval(const EvalOptions& in) {
       if (seen.insert(config.name()).second) configs.push_back(config);
     }
   }
+  for (const QuantConfig& config : configs) {
+    if (config.exact_window > report.contexts.back()) {
+      return make_error(ErrorCode::InvalidArgument,
+                        "mode {} keeps an exact window of {} tokens, more than the largest context {} (raise the "
+                        "contexts or choose other modes)",
+                        config.name(), config.exact_window, report.contexts.back());
+    }
+  }
   const std::size_t pool = num_threads();
   report.threads = static_cast<std::uint32_t>(in.threads == 0 ? pool : std::min<std::size_t>(in.threads, pool));
 

@@ -93,7 +93,7 @@ const CommandRegistration registration{"eval", [](CLI::App& app, int& exit_code)
           [](std::string& value) { return value.find('-') != std::string::npos ? "must not be negative" : ""; },
           "", "non-negative"))
       ->capture_default_str();
-  cmd->add_option("--threads", options->threads, "worker threads (0: KVCOMPACT_NUM_THREADS or all cores)")
+  cmd->add_option("--threads", options->threads, "worker threads, at most 1024 (0: KVCOMPACT_NUM_THREADS or all cores)")
       ->capture_default_str();
   cmd->add_flag("--quick", options->quick, "smaller contexts and sample counts (a smoke run)");
   auto* json = cmd->add_flag("--json", options->json, "print JSON instead of the table");

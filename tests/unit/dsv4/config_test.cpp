@@ -80,6 +80,15 @@ TEST(Dsv4Config, ConfigJsonParsesToThePresetDroppingTheMtpLayer) {
   ASSERT_TRUE(resolved.ok());
   EXPECT_EQ(resolved->fingerprint(), preset->fingerprint());
   EXPECT_EQ(resolve_model("deepseek-v4-pro")->num_hidden_layers, 61u);
+  // Neither a preset nor a file (a misspelt preset): Io, naming the presets; a directory is named as such.
+  const auto misspelt = resolve_model("deepseek-v4-flsh");
+  ASSERT_FALSE(misspelt.ok());
+  EXPECT_EQ(misspelt.error().code, ErrorCode::Io);
+  EXPECT_NE(misspelt.error().message.find("deepseek-v4-flash"), std::string::npos) << misspelt.error().message;
+  const auto directory = resolve_model(std::filesystem::temp_directory_path().string());
+  ASSERT_FALSE(directory.ok());
+  EXPECT_EQ(directory.error().code, ErrorCode::Io);
+  EXPECT_NE(directory.error().message.find("is a directory"), std::string::npos) << directory.error().message;
 }
 
 TEST(Dsv4Config, EachMalformedConfigHasItsOwnError) {

@@ -100,6 +100,14 @@ TEST(QuantConfig, ParsesNamesAndRejectsBadModes) {
   EXPECT_EQ(QuantConfig::parse("k=prod3").error().code, ErrorCode::InvalidArgument);
   EXPECT_EQ(QuantConfig::parse("k=abc3,v=mse2").error().code, ErrorCode::InvalidArgument);
   EXPECT_EQ(QuantConfig::parse("k=prod3,v=mse2,zz").error().code, ErrorCode::InvalidArgument);
+  // Every item at most once (the last one used to win silently).
+  for (const char* twice : {"k=mse4,k=prod3,v=mse3", "k=mse4,v=mse3,v=mse2", "k=mse4,v=mse3,nc,nc",
+                            "k=mse4,v=mse3,w=8,w=16"}) {
+    const auto parsed = QuantConfig::parse(twice);
+    ASSERT_FALSE(parsed.ok()) << twice;
+    EXPECT_EQ(parsed.error().code, ErrorCode::InvalidArgument);
+    EXPECT_NE(parsed.error().message.find("twice"), std::string::npos) << parsed.error().message;
+  }
   EXPECT_TRUE(QuantConfig::recommended().validate().ok());
 }
 

@@ -107,6 +107,14 @@ TEST(TqEval, RejectsBadOptions) {
   options = small_options(1);
   options.head_dim = 100;
   EXPECT_FALSE(run_eval(options).ok());
+  // An exact window longer than every context: refused up front, naming the mode.
+  options = small_options(1);
+  options.contexts = {64};
+  options.modes = {"k=mse4,v=mse3,w=128"};
+  const auto windowed = run_eval(options);
+  ASSERT_FALSE(windowed.ok());
+  EXPECT_EQ(windowed.error().code, ErrorCode::InvalidArgument);
+  EXPECT_NE(windowed.error().message.find("k=mse4,v=mse3,w=128"), std::string::npos) << windowed.error().message;
 }
 
 }  // namespace
