@@ -389,8 +389,10 @@ Result<std::string> describe_anchor_image(std::span<const std::uint8_t> bytes) {
                       storage_text(indexer_code, true));
   text += fmt::format("  source context     {}\n", at(48, 8));
   text += fmt::format("  position           {} tokens\n", position);
+  const auto header_total = checked_sum({kAnchorImageHeaderBytes, at(72, 8), kAnchorImageChecksumBytes});
   text += fmt::format("  size               {} bytes (header says {})\n", bytes.size(),
-                      at(72, 8) + kAnchorImageHeaderBytes + kAnchorImageChecksumBytes);
+                      header_total.ok() ? fmt::format("{}", *header_total)
+                                        : fmt::format("a payload of {} bytes: beyond 2^64 in all", at(72, 8)));
   auto view = decode_anchor_image(bytes);
   if (!view.ok()) {
     text += fmt::format("  verification       FAILED: {}\n", view.error().to_string());

@@ -3,6 +3,7 @@
 // error; model / storage / context mismatches are typed; describe / magic check for `kvcompact inspect`.
 #include "kvcompact/dsv4/anchor_image.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 
@@ -218,6 +219,13 @@ TEST(Dsv4AnchorImage, DescribeForInspect) {
   auto damaged = describe_anchor_image(bad);
   ASSERT_TRUE(damaged.ok());
   EXPECT_NE(damaged->find("verification       FAILED"), std::string::npos) << *damaged;
+  // A payload-size field near 2^64: the header's total is not printed wrapped around.
+  std::vector<std::uint8_t> huge_payload = *image;
+  std::fill(huge_payload.begin() + 72, huge_payload.begin() + 80, std::uint8_t{0xFF});
+  auto huge = describe_anchor_image(huge_payload);
+  ASSERT_TRUE(huge.ok());
+  EXPECT_NE(huge->find("beyond 2^64"), std::string::npos) << *huge;
+  EXPECT_NE(huge->find("verification       FAILED"), std::string::npos) << *huge;
   std::vector<std::uint8_t> tiny(image->begin(), image->begin() + 40);
   EXPECT_FALSE(describe_anchor_image(tiny).ok());
   EXPECT_FALSE(looks_like_anchor_image(std::span<const std::uint8_t>(image->data(), 7)));
