@@ -212,6 +212,11 @@ Result<TensorView<T>> checked_view(T* ptr, std::size_t available_elements, std::
   if (!numel.ok()) {
     return make_error(ErrorCode::Overflow, "element count of shape {} overflows 64 bits", detail::format_dims(shape));
   }
+  // (Before the reach: a null pointer is the clearer error whatever size the caller claims for it.)
+  if (ptr == nullptr && *numel != 0) {
+    return make_error(ErrorCode::InvalidArgument, "null data pointer for a view of shape {}",
+                      detail::format_dims(shape));
+  }
   auto extent = detail::dims_extent(shape, strides);
   if (!extent.ok()) {
     return make_error(ErrorCode::Overflow, "shape {} with strides {} reaches past 2^64 elements",
@@ -221,10 +226,6 @@ Result<TensorView<T>> checked_view(T* ptr, std::size_t available_elements, std::
     return make_error(ErrorCode::OutOfRange,
                       "shape {} with strides {} reaches element {} but the buffer holds {} elements",
                       detail::format_dims(shape), detail::format_dims(strides), *extent - 1, available_elements);
-  }
-  if (ptr == nullptr && *numel != 0) {
-    return make_error(ErrorCode::InvalidArgument, "null data pointer for a view of shape {}",
-                      detail::format_dims(shape));
   }
   TensorView<T> view;
   view.data_ = ptr;

@@ -221,6 +221,8 @@ TEST(CheckedView, RejectsBadRankStridesOverflowAndNull) {
   auto null_data = checked_view(static_cast<float*>(nullptr), 8, {2, 2});
   ASSERT_FALSE(null_data.ok());
   EXPECT_EQ(null_data.error().code, ErrorCode::InvalidArgument);
+  // ... also when the claimed buffer is too small for the shape (the null pointer is reported, not the reach).
+  EXPECT_EQ(checked_view(static_cast<float*>(nullptr), 0, {3}).error().code, ErrorCode::InvalidArgument);
   auto null_empty = checked_view(static_cast<float*>(nullptr), 0, {0, 5});
   ASSERT_TRUE(null_empty.ok());
   EXPECT_EQ(null_empty->numel(), 0u);
