@@ -1,5 +1,6 @@
-// Writes small valid inputs for each fuzz target into DIR/<target>/ (layer blobs, anchor images), so the
-// fuzzers start from real blobs and images (a checksum is hard to guess) and mutate past the header checks.
+// Writes small valid inputs for each fuzz target into DIR/<target>/ (layer blobs, anchor images, model configs
+// and mode strings), so the fuzzers start from real inputs (a checksum is hard to guess) and mutate past the
+// header checks.
 // Run by .ci/run.
 #include <cstdio>
 #include <filesystem>
@@ -72,6 +73,28 @@ int write_anchor_image_seeds(const std::filesystem::path& dir) {
   return 0;
 }
 
+// The test suite's DeepSeek-V4 config files (valid and malformed) and a few TurboQuant mode strings.
+int write_model_config_seeds(const std::filesystem::path& dir) {
+  std::filesystem::create_directories(dir);
+  std::error_code ec;
+  int copied = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(KVCOMPACT_GOLDEN_DSV4_DIR, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.ends_with(".config.json")) {
+      std::filesystem::copy_file(entry.path(), dir / name, std::filesystem::copy_options::overwrite_existing, ec);
+      if (ec) return 1;
+      ++copied;
+    }
+  }
+  if (copied == 0) return 1;
+  int index = 0;
+  for (const char* mode : {"seed", "recommended", "k=mse4,v=mse3,nc,w=128", "k=prod5,v=mse4", "k=mse2,v=mse2,w=0"}) {
+    const std::string text(mode);
+    write_file(dir / ("mode_" + std::to_string(index++)), std::vector<std::uint8_t>(text.begin(), text.end()));
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -86,6 +109,10 @@ int main(int argc, char** argv) {
   }
   if (write_anchor_image_seeds(root / "kvcompact_anchor_image_fuzz") != 0) {
     std::fprintf(stderr, "make_seeds: could not build the anchor image seeds\n");
+    return 1;
+  }
+  if (write_model_config_seeds(root / "kvcompact_model_config_fuzz") != 0) {
+    std::fprintf(stderr, "make_seeds: could not copy the model config seeds from %s\n", KVCOMPACT_GOLDEN_DSV4_DIR);
     return 1;
   }
   return 0;
