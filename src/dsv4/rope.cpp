@@ -51,11 +51,20 @@ double correction_dim(double rotations, const RopeConfig& c) {
   const double dim = static_cast<double>(kRopeDims);
   return dim * std::log(c.original_length / (rotations * 2.0 * std::numbers::pi)) / (2.0 * std::log(c.theta));
 }
+
+// x as an int, saturated at ±2^30 in double before the conversion (NaN as 0): a config that validation accepts
+// can still make d(r) infinite or NaN (theta = 1: ln theta = 0; a beta of 1e-320) or beyond any int (theta a
+// hair above 1), which no int conversion may take. Values within ±2^30 convert exactly as before.
+int saturated_int(double x) {
+  constexpr double kLimit = 1073741824.0;  // 2^30: (i - low) / (high - low) stays finite in the callers
+  if (std::isnan(x)) return 0;
+  return static_cast<int>(std::clamp(x, -kLimit, kLimit));
+}
 }  // namespace
 
 YarnRange yarn_correction_range(const RopeConfig& c) {
-  const int low = static_cast<int>(std::floor(correction_dim(c.beta_fast, c)));
-  const int high = static_cast<int>(std::ceil(correction_dim(c.beta_slow, c)));
+  const int low = saturated_int(std::floor(correction_dim(c.beta_fast, c)));
+  const int high = saturated_int(std::ceil(correction_dim(c.beta_slow, c)));
   return YarnRange{std::max(low, 0), std::min(high, static_cast<int>(kRopeDims) - 1)};
 }
 

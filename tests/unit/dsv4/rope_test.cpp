@@ -54,6 +54,21 @@ TEST(DsvRope, YarnCorrectionRange) {
   const YarnRange r = yarn_correction_range(rope_config_for_ratio(4));
   EXPECT_EQ(r.low, 15);
   EXPECT_EQ(r.high, 25);
+  // Degenerate configs that validation accepts (any finite theta > 0, any beta > 0): theta = 1 makes d(r)
+  // infinite, a beta of 1e-320 makes ln(L / (2 pi r)) infinite. The range saturates (no int conversion of an
+  // infinity) and the frequency table stays finite.
+  RopeConfig flat = rope_config_for_ratio(4);
+  flat.theta = 1.0;
+  const YarnRange f = yarn_correction_range(flat);
+  EXPECT_EQ(f.low, 1 << 30);
+  EXPECT_EQ(f.high, 63);
+  RopeConfig tiny_beta = rope_config_for_ratio(4);
+  tiny_beta.beta_slow = 1e-320;
+  EXPECT_EQ(yarn_correction_range(tiny_beta).high, 63);
+  for (const RopeConfig& c : {flat, tiny_beta}) {
+    const RopeFrequencies table = make_rope_frequencies(c);
+    for (float x : table.inv_freq) EXPECT_TRUE(std::isfinite(x));
+  }
 }
 
 TEST(DsvRope, FrequencyTable) {
