@@ -122,6 +122,11 @@ bool compressor_pool_step(const CompressorParams& p, float* kv_state, float* sco
 }
 
 void compressor_finish_row(const CompressorParams& p, std::int64_t group, float* row) {
+  // RMSNorm sums eight lanes of squares and RoPE rotates the last 64 dims: a worked example's small width
+  // (fine for pooling) would read and write outside the row.
+  KVC_ASSERT(p.width % 8 == 0 && p.width >= kRopeDims && p.width <= kHeadDim,
+             "compressor_finish_row: width must be a multiple of 8 in [64, 512]");
+  KVC_ASSERT(p.norm_weight != nullptr && p.rope != nullptr, "compressor_finish_row: norm weight and RoPE table needed");
   const std::size_t d = p.width;
   // RMSNorm: x * rsqrt(mean(x^2) + eps), then the weight.
   float lanes[8] = {};

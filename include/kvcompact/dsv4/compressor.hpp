@@ -68,7 +68,8 @@ bool compressor_pool_step(const CompressorParams& p, float* kv_state, float* sco
                           std::int64_t position, const float* a, const float* z, float* out_pooled);
 
 // The finishing steps alone, in place on a pooled row: RMSNorm(weight), RoPE at position g*m on the
-// last 64 dims, then the branch's rounding (when simulate_rounding).
+// last 64 dims, then the branch's rounding (when simulate_rounding). Needs a width that is a multiple of 8
+// in [64, 512], the norm weight and the RoPE table (asserts: unlike pooling, no small worked widths).
 void compressor_finish_row(const CompressorParams& p, std::int64_t group, float* row);
 
 // ---- float64 oracle ---------------------------------------------------------------------------------

@@ -67,6 +67,21 @@ TEST(DsvCompressor, WorkedExampleRatio2Width1) {
   EXPECT_DOUBLE_EQ(compressor_pooled_f64(p, 1, a, z)[0], 10.5);
 }
 
+// Finishing needs the model's row shape (eight-lane RMSNorm, RoPE on the last 64 dims): a worked example's width
+// that pooling accepts is refused there instead of reading and writing outside the row.
+TEST(DsvCompressorDeathTest, FinishRowRefusesWidthsItCannotFinish) {
+  CompressorParams p;
+  p.ratio = 2;
+  p.overlap = true;
+  p.width = 16;
+  const std::vector<float> weight(16, 1.0f);
+  const RopeFrequencies rope = make_rope_frequencies(rope_config_for_ratio(4));
+  p.norm_weight = weight.data();
+  p.rope = &rope;
+  std::vector<float> row(16, 1.0f);
+  EXPECT_DEATH(compressor_finish_row(p, 0, row.data()), "multiple of 8 in \\[64, 512\\]");
+}
+
 TEST(DsvCompressor, ResetAndEmissionCounts) {
   CompressorParams p;
   p.ratio = 4;
