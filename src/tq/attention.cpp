@@ -781,7 +781,21 @@ Status validate_attention(const LayerView& layer, std::span<const AttentionReque
   }
   const LayerLayout& layout = *layer.layout;
   KVC_TRY(validate_common(layout.head_dim, layout.kv_heads, options));
-  return validate_requests(layout.sequences, layer.lengths, requests);
+  KVC_TRY(validate_requests(layout.sequences, layer.lengths, requests));
+  // A cache keeps its lengths within the capacity; a view a tool builds need not (the keys past it are not
+  // in the buffer).
+  for (std::size_t r = 0; r < requests.size(); ++r) {
+    const std::uint32_t length = layer.lengths[requests[r].seq];
+    if (length > layout.capacity) {
+      Error e = make_error(ErrorCode::OutOfRange,
+                           "request {}: sequence {} has length {} beyond the layout's capacity {}", r,
+                           requests[r].seq, length, layout.capacity);
+      e.expected = layout.capacity;
+      e.actual = length;
+      return e;
+    }
+  }
+  return ok_status();
 }
 
 Status attention_cpu(const LayerView& layer, std::span<const AttentionRequest> requests,

@@ -238,6 +238,17 @@ TEST(TqAttention, RejectsBadRequests) {
   options.sinks = nullptr;
   ASSERT_TRUE(cache->attention(0, {&req, 1}, options).ok());
   for (std::size_t j = 0; j < 4 * 64; ++j) EXPECT_TRUE(std::isfinite(out[j])) << j;
+  // A view a tool builds with a length beyond the layout's capacity (here 4096 over 16): OutOfRange before any
+  // read (its keys past the capacity are not in the buffer).
+  LayerView view = cache->view(0);
+  const std::uint32_t too_long[2] = {4096, 0};
+  view.lengths = too_long;
+  req.first_position = 4095;
+  auto beyond = attention_cpu(view, {&req, 1}, options);
+  ASSERT_FALSE(beyond.ok());
+  EXPECT_EQ(beyond.error().code, ErrorCode::OutOfRange);
+  EXPECT_EQ(beyond.error().expected, 16);
+  EXPECT_EQ(beyond.error().actual, 4096);
 }
 
 TEST(TqAttention, ExactWindowBegin) {
