@@ -82,7 +82,8 @@ void attend_block(float* out, const float* q, std::size_t h0, std::size_t h1, co
       s[j] = std::exp(s[j] - mx);
       denom += s[j];
     }
-    inv_denom[h] = 1.0f / denom;
+    // No rows and a -inf sink leave nothing to weigh (exp(-inf - -inf) is NaN): the output is 0, as the oracle's.
+    inv_denom[h] = mx == -std::numeric_limits<float>::infinity() ? 0.0f : 1.0f / denom;
     std::fill(out + (h0 + h) * d, out + (h0 + h + 1) * d, 0.0f);
   }
   for (std::size_t j = 0; j < n_rows; ++j) {

@@ -50,8 +50,12 @@ std::vector<double> indexer_scores_f64(std::span<const float> q, std::span<const
 void indexer_topk_f64(std::span<std::int32_t> out, std::span<const double> scores) {
   std::vector<std::int32_t> order(scores.size());
   std::iota(order.begin(), order.end(), 0);
+  // Higher score first, a NaN below every number (the fast path's rule; a plain > is no strict weak order with
+  // NaN in it), ties in index order (the stable sort).
   std::stable_sort(order.begin(), order.end(), [&](std::int32_t a, std::int32_t b) {
-    return scores[static_cast<std::size_t>(a)] > scores[static_cast<std::size_t>(b)];
+    const double x = scores[static_cast<std::size_t>(a)], y = scores[static_cast<std::size_t>(b)];
+    if (std::isnan(x) || std::isnan(y)) return !std::isnan(x) && std::isnan(y);
+    return x > y;
   });
   for (std::size_t i = 0; i < out.size(); ++i) out[i] = i < order.size() ? order[i] : -1;
 }

@@ -36,7 +36,8 @@ struct AttentionScratch {
 };
 
 // Multithreaded over heads (core parallel_for); each head's arithmetic order is fixed, so the result
-// does not depend on the thread count. `inverse_rope` (cos / sin at the token's position) may be null.
+// does not depend on the thread count. `inverse_rope` (cos / sin at the token's position) may be null. With no
+// rows the output is 0, as the oracle's (also with a -inf sink).
 void sparse_attention(float* out, const float* q, std::size_t heads, const float* const* rows, std::size_t n_rows,
                       const float* sink, const RopeCosSin* inverse_rope, AttentionScratch& scratch);
 

@@ -24,7 +24,8 @@ void prepare_indexer_query_f64(std::span<double> q, std::size_t heads);
 // scores[s] for s in [0, rows): q [heads, dim], w [heads], keys [rows, dim].
 std::vector<double> indexer_scores_f64(std::span<const float> q, std::span<const float> w,
                                        std::span<const float> keys, std::size_t heads, std::size_t dim);
-// out [topk]: the k = min(topk, scores.size()) best rows sorted by (score desc, index asc), then -1.
+// out [topk]: the k = min(topk, scores.size()) best rows sorted by (score desc, index asc), a NaN below every
+// number, then -1.
 void indexer_topk_f64(std::span<std::int32_t> out, std::span<const double> scores);
 
 // ---- float32 fast path ------------------------------------------------------------------------------

@@ -83,6 +83,16 @@ TEST(DsvAttention, SinkClosedFormOnOneRow) {
   sparse_attention(out.data(), q.data(), 1, rows, 1, &no_sink, nullptr, scratch);
   EXPECT_FLOAT_EQ(out[0], 2.0f);
   EXPECT_FLOAT_EQ(out[5], -1.0f);
+  // No rows: 0, with a finite sink and with a -inf one (where exp(-inf - -inf) would make it NaN), as the oracle.
+  for (const float s : {sink, no_sink}) {
+    std::fill(out.begin(), out.end(), 7.0f);
+    sparse_attention(out.data(), q.data(), 1, rows, 0, &s, nullptr, scratch);
+    const std::vector<double> want = sparse_attention_f64(q, 1, {}, {&s, 1}, nullptr, 0);
+    for (std::size_t i = 0; i < 512; ++i) {
+      ASSERT_EQ(out[i], 0.0f) << "sink " << s << " dim " << i;
+      ASSERT_EQ(want[i], 0.0);
+    }
+  }
 }
 
 TEST(DsvAttention, InverseRopeOnTailOnly) {

@@ -131,6 +131,16 @@ TEST(DsvIndexer, TopkTieBreakAndFill) {
   std::vector<std::int32_t> o(4);
   indexer_topk(o.data(), 4, with_nan.data(), 4, scratch);
   EXPECT_EQ(o, (std::vector<std::int32_t>{3, 1, 0, 2}));
+  // ... in the oracle too (its comparator used to put NaN anywhere: no strict weak order).
+  std::vector<std::int32_t> o_ref(4);
+  indexer_topk_f64(o_ref, to_f64(with_nan));
+  EXPECT_EQ(o_ref, o);
+  const std::vector<float> mixed = {nan, 1.0f, 2.0f, nan, 0.5f};
+  std::vector<std::int32_t> fast_mixed(5), ref_mixed(5);
+  indexer_topk(fast_mixed.data(), 5, mixed.data(), 5, scratch);
+  indexer_topk_f64(ref_mixed, to_f64(mixed));
+  EXPECT_EQ(fast_mixed, (std::vector<std::int32_t>{2, 1, 4, 0, 3}));
+  EXPECT_EQ(ref_mixed, fast_mixed);
   // The oracle agrees on the tie order.
   std::vector<std::int32_t> ref(9);
   indexer_topk_f64(ref, to_f64(scores));
