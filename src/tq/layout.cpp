@@ -51,6 +51,10 @@ Result<LayerLayout> plan_layer_layout(std::uint32_t head_dim, std::uint32_t kv_h
                       "a layer layout needs kv_heads, sequences and capacity > 0 (got {}, {}, {})", kv_heads,
                       sequences, capacity);
   }
+  if (capacity > kMaxCapacity) {
+    return make_error(ErrorCode::Unsupported, "capacity {} is above the supported {} positions per sequence",
+                      capacity, kMaxCapacity);
+  }
   if (config.exact_window > capacity) {
     return make_error(ErrorCode::InvalidArgument, "exact window {} exceeds capacity {}", config.exact_window,
                       capacity);

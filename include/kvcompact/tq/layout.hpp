@@ -21,6 +21,8 @@ namespace kvcompact::tq {
 inline constexpr std::uint32_t kMinHeadDim = 16;
 inline constexpr std::uint32_t kMaxHeadDim = 1024;
 inline constexpr std::uint64_t kRegionAlignment = 256;  // every region of a layer starts at a multiple of this
+// Positions per sequence at most (the attention paths step through positions in 32-bit blocks).
+inline constexpr std::uint32_t kMaxCapacity = 1u << 31;
 
 constexpr std::uint32_t packed_code_bytes(std::uint32_t head_dim, std::uint32_t code_bits) {
   return head_dim * code_bits / 8;
@@ -77,7 +79,7 @@ struct LayerLayout {
   }
 };
 
-// Checked: overflow of any region size is a typed Overflow error.
+// Checked: overflow of any region size is a typed Overflow error; a capacity above kMaxCapacity is Unsupported.
 Result<LayerLayout> plan_layer_layout(std::uint32_t head_dim, std::uint32_t kv_heads, std::uint32_t sequences,
                                       std::uint32_t capacity, const QuantConfig& config);
 

@@ -129,7 +129,11 @@ TEST(Layout, SeedModeBytesAndAlignedRegions) {
   EXPECT_GE(layout->key_signs_offset - layout->key_codes_offset, 3u * 8 * 100 * 32);
   EXPECT_GE(layout->total_bytes - layout->window_values_offset, 3u * 8 * 8 * 128 * 4);
   EXPECT_EQ(plan_layer_layout(96, 1, 1, 1 << 30, config).ok(), true);
-  EXPECT_EQ(plan_layer_layout(128, 0xFFFFFFFF, 0xFFFFFFFF, 0xFFFFFFFF, config).error().code, ErrorCode::Overflow);
+  EXPECT_EQ(plan_layer_layout(128, 0xFFFFFFFF, 0xFFFFFFFF, kMaxCapacity, config).error().code, ErrorCode::Overflow);
+  // More positions per sequence than the attention paths' 32-bit position blocks can step through.
+  EXPECT_TRUE(plan_layer_layout(16, 1, 1, kMaxCapacity, config).ok());
+  EXPECT_EQ(plan_layer_layout(16, 1, 1, kMaxCapacity + 1, config).error().code, ErrorCode::Unsupported);
+  EXPECT_EQ(plan_layer_layout(16, 1, 1, 0xFFFFFFFF, config).error().code, ErrorCode::Unsupported);
   EXPECT_EQ(plan_layer_layout(100, 1, 1, 16, config).error().code, ErrorCode::Unsupported);
   EXPECT_EQ(plan_layer_layout(128, 1, 1, 4, config).error().code, ErrorCode::InvalidArgument);
 }
