@@ -129,12 +129,19 @@ ab_build_and_check() {
 # side, alternating, $ROUNDS times, so that the card's drift hits all sides alike; AWK (given r = round and s =
 # side) turns the benchmark's lines into CSV rows, written after HEADER to CSV.
 ab_bench_rounds() {
-  local bench="$1" csv="$2" header="$3" prog="$4" r s
+  local bench="$1" csv="$2" header="$3" prog="$4" r s st failed=0
   echo "$header" > "$csv"
   for r in $(seq 1 "$ROUNDS"); do
     for s in "${SIDES[@]}"; do
       # shellcheck disable=SC2086  # (BENCH_ARGS is a list of arguments)
       timeout 120 "${DIR[$s]}/build-gpu/$bench" ${BENCH_ARGS:-} 2>&1 | awk -v r="$r" -v s="$s" "$prog" >> "$csv"
+      st=${PIPESTATUS[0]}
+      if [ "$st" != 0 ]; then
+        # Its rows may be missing from the CSV: say so rather than average fewer rounds silently.
+        echo "warning: side $s, round $r: $bench exited with $st (124: timed out)" >&2
+        failed=1
+      fi
     done
   done
+  return "$failed"
 }

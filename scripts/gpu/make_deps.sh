@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 rm -rf .deps && mkdir -p .deps
-for p in libfmt-dev libfmt9 nlohmann-json3-dev libcli11-dev libxxhash-dev libgtest-dev libgmock-dev; do
+for p in libfmt-dev libfmt9 nlohmann-json3-dev libcli11-dev libxxhash-dev libxxhash0 libgtest-dev libgmock-dev; do
   dpkg -L "$p" | grep -v -e "/doc/" -e "/man/" -e "/share/lintian" | while read -r f; do
     if [ -f "$f" ] || [ -L "$f" ]; then mkdir -p ".deps$(dirname "$f")"; cp -a "$f" ".deps$f"; fi
   done

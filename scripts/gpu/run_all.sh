@@ -13,6 +13,11 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT="${OUT:-$PWD/out}"
 mkdir -p "$OUT"
+# The device tool returns at most 8 files: logs, text reports and the SASS samples go into one archive, the CSVs
+# stay beside it — also when the run is cut short (the tool's time limit sends SIGTERM).
+pack_logs() { (cd "$OUT" && tar czf logs.tgz --remove-files ./*.log ./*.txt ./sass.csv.gz 2>/dev/null); }
+trap 'pack_logs; exit 143' TERM
+trap 'pack_logs; exit 130' INT
 QUICK=""; SANITIZE=1; BENCH=1
 for a in "$@"; do
   case "$a" in
@@ -115,6 +120,5 @@ if [ "$SANITIZE" = 1 ] && command -v compute-sanitizer > /dev/null; then
     fi
   done
 fi
-# The device tool returns at most 8 files: logs go into one archive, CSVs stay beside it.
-(cd "$OUT" && tar czf logs.tgz --remove-files ./*.log ./*.txt 2>/dev/null)
+pack_logs
 exit "$test_rc"
