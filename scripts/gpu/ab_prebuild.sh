@@ -9,7 +9,8 @@
 # (kept between runs, so a later build of a nearby revision is incremental). Each TARGET's executable is copied to
 # .ab/<side>/build-gpu/<its path in the build tree> (.ab/new for the working tree), where the A/B scripts look.
 # Binaries built here run there: the same nvcc (13.0), and the shared libraries they need (fmt, xxHash) are the
-# ones carried in .deps.
+# ones carried in .deps. NEW_REV=<rev>: the "new" side is that revision (a worktree under build/ab-src/new) instead
+# of the working tree — e.g. a wip branch while main is checked out; .ab/new_rev records what "new" was built from.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 if [ $# -lt 1 ]; then
@@ -42,16 +43,28 @@ build_side() {
   echo "side $name: built $(IFS=' '; echo "${targets[*]}") in $(( $(date +%s) - t0 )) s"
 }
 
-targets=("$@")
-build_side new "$root"
-while read -r name rev; do
-  wt="build/ab-src/$name"
+# worktree NAME REV: build/ab-src/NAME checked out at REV (created on first use); prints its path.
+worktree() {
+  local wt="build/ab-src/$1"
   if [ -e "$wt/.git" ]; then
-    git -C "$wt" checkout -q --detach "$rev"
+    git -C "$wt" checkout -q --detach "$2"
   else
     mkdir -p build/ab-src
-    git worktree add -q --detach "$wt" "$rev"
+    git worktree add -q --detach "$wt" "$2"
   fi
-  build_side "$name" "$root/$wt"
+  echo "$root/$wt"
+}
+
+targets=("$@")
+if [ -n "${NEW_REV:-}" ]; then
+  new_rev=$(git rev-parse --verify --quiet "$NEW_REV^{commit}") || { echo "error: NEW_REV '$NEW_REV' is not a commit" >&2; exit 2; }
+  build_side new "$(worktree new "$new_rev")"
+  echo "$new_rev" > .ab/new_rev
+else
+  build_side new "$root"
+  echo "working tree at $(git rev-parse HEAD)$(git diff --quiet HEAD || echo ' + uncommitted changes')" > .ab/new_rev
+fi
+while read -r name rev; do
+  build_side "$name" "$(worktree "$name" "$rev")"
 done < .ab/sides
 echo "carry \".deps\" and \".ab\"; on the GPU machine run the A/B script with PREBUILT=1 ($(du -sh .ab | cut -f1) in .ab)"

@@ -23,6 +23,7 @@ for arg in "$@"; do
   names+=("$name")
   revs+=("$rev")
 done
+# (A fresh .ab: whatever was in it — prebuilt binaries, a hand-written driver — goes.)
 rm -rf .ab
 mkdir -p .ab
 : > .ab/sides
