@@ -125,6 +125,12 @@ ab_build_and_check() {
   fi
 }
 
+# ab_pack_logs: the sides' build, test and sanitizer logs into $OUT/ab_logs.tgz (the device tool brings back at
+# most 8 files; the CSVs stay beside the archive).
+ab_pack_logs() {
+  (cd "$OUT" && pack_out ab_logs ab_build_*.log ./*_tests.log ./*_memcheck.log ./*_racecheck.log)
+}
+
 # ab_bench_rounds BENCH CSV HEADER AWK: runs BENCH (its path in each side's build-gpu, with $BENCH_ARGS) on every
 # side, alternating, $ROUNDS times, so that the card's drift hits all sides alike; AWK (given r = round and s =
 # side) turns the benchmark's lines into CSV rows, written after HEADER to CSV.

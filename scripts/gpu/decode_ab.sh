@@ -14,6 +14,10 @@ ARGS=()
 IFS=',' read -ra LIST <<< "$CASES"
 for c in "${LIST[@]}"; do ARGS+=(--only $c); done
 echo "copies,mode,batch,context,us" > "$OUT/decode_ab.csv"
+# The source default back in the build directory however the script ends (a build failure, a kill): build
+# outputs stay on a warm machine, and a later run in $BUILD would otherwise measure the last variant.
+trap 'cmake "$BUILD" -DKVCOMPACT_DECODE_KEY_COPIES= > /dev/null 2>&1' EXIT
+trap 'exit 143' TERM
 for r in $COPIES; do
   cmake "$BUILD" -DKVCOMPACT_DECODE_KEY_COPIES="$r" > /dev/null || exit 1
   cmake --build "$BUILD" -j16 --target kvcompact_cuda_bench > "$OUT/decode_ab_build.log" 2>&1 \
@@ -22,4 +26,3 @@ for r in $COPIES; do
     | awk -v r="$r" '$1 ~ /^(recommended|seed)$/ { printf "copies %-3s %-12s %5s %7s %10s us\n", r, $1, $2, $3, $5;
                                                    printf "%s,%s,%s,%s,%s\n", r, $1, $2, $3, $5 >> "'"$OUT/decode_ab.csv"'" }'
 done
-cmake "$BUILD" -DKVCOMPACT_DECODE_KEY_COPIES= > /dev/null

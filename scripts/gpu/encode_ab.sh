@@ -19,4 +19,5 @@ ab_bench_rounds src/cuda/bench/kvcompact_cuda_tq_encode_bench "$OUT/encode_ab.cs
   "round,side,kernel,mode,head_dim,dtype,us" '
   ($1 == "fast" || $1 == "general") && NF == 8 { gsub(/,/, ";", $2); print r "," s "," $1 "," $2 "," $3 "," $4 "," $6 }'
 python3 scripts/gpu/ab_table.py "$OUT/encode_ab.csv" kernel,mode,head_dim,dtype us
+ab_pack_logs
 exit "$rc"

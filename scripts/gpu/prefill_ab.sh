@@ -23,4 +23,5 @@ ab_bench_rounds src/cuda/bench/kvcompact_cuda_tq_prefill_bench "$OUT/prefill_ab.
     if (NF >= 9) print r "," s "," $1 "," $2 "," $3 "," $4 "," $6;
     else print r "," s "," $1 "," $2 ",-," $3 "," $5 }'
 python3 scripts/gpu/ab_table.py "$OUT/prefill_ab.csv" mode,precision,kernel,context us
+ab_pack_logs
 exit "$rc"

@@ -26,3 +26,5 @@ for s in "${SIDES[@]}"; do
     | grep -E "smsp__average_warps_issue_stalled_[a-z_]+_per_issue_active.ratio" | sed -E 's/ +/ /g' \
     | sort -k3 -g -r | head -10
 done
+# The reports and texts of every side in one archive (the device tool brings back at most 8 files).
+(cd "$OUT" && pack_out encode_profiles $(ls encode_*.ncu-rep ncu_encode_*.txt 2>/dev/null) ab_build_*.log)

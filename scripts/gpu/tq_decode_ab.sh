@@ -20,4 +20,5 @@ rc=$CHECK_RC
 ab_bench_rounds src/cuda/bench/kvcompact_cuda_bench "$OUT/tq_decode_ab.csv" "round,side,mode,batch,context,us" '
   ($1 == "recommended" || $1 == "seed") && NF == 8 { print r "," s "," $1 "," $2 "," $3 "," $5 }'
 python3 scripts/gpu/ab_table.py "$OUT/tq_decode_ab.csv" mode,batch,context us
+ab_pack_logs
 exit "$rc"

@@ -23,3 +23,4 @@ ab_bench_rounds src/cuda/bench/kvcompact_cuda_tq_step_bench "$OUT/tq_step_ab.csv
       print p ",deferred," $6; print p ",graph," $7; print p ",graph_sync," $8; print p ",decode," $9
     } else if (NF == 9) { print p ",deferred," $6; print p ",decode," $7 } else print p ",decode," $6 }'
 python3 scripts/gpu/ab_table.py "$OUT/tq_step_ab.csv" mode,batch,context,way us
+ab_pack_logs
