@@ -108,6 +108,10 @@ TEST(Cli, PlanReportsTheReferenceFootprintAndClearErrors) {
   ASSERT_EQ(result.exit_code, 0) << result.output;
   auto json = nlohmann::json::parse(result.output, nullptr, false);
   ASSERT_FALSE(json.is_discarded()) << result.output;
+  // The reference footprint (docs/deepseek-v4.md): V4-Flash, bf16 rows, 1M tokens.
+  EXPECT_EQ(json.value("total_bytes", std::uint64_t{0}), 7232045056ull) << result.output;
+  EXPECT_EQ(json.value("long_context_bytes_per_token", 0.0), 6880.0) << result.output;
+  EXPECT_EQ(json.value("layers", 0), 43) << result.output;
   result = run_cli("plan --model deepseek-v4-flash --context 0");
   EXPECT_EQ(result.exit_code, 1);
   EXPECT_NE(result.output.find("EmptyContext"), std::string::npos) << result.output;

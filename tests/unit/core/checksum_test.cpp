@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <string_view>
 #include <vector>
 
 #include "kvcompact/core/checksum.hpp"
@@ -13,6 +14,24 @@ namespace {
 TEST(Checksum, KnownEmptyInputValue) {
   // XXH64 of the empty input with seed 0 (published test vector).
   EXPECT_EQ(xxh64({}), 0xEF46DB3751D8E999ull);
+}
+
+// Non-empty inputs and non-zero seeds, so that a wrapper that dropped the seed or the length would fail: "a" and
+// "abc" with seed 0 are the published vectors; the others come from an independent binding (python-xxhash 3).
+TEST(Checksum, KnownValuesWithContentAndSeeds) {
+  auto bytes = [](std::string_view s) {
+    return std::vector<std::uint8_t>(s.begin(), s.end());
+  };
+  EXPECT_EQ(xxh64(bytes("a")), 0xD24EC4F1A98C6E5Bull);
+  EXPECT_EQ(xxh64(bytes("abc")), 0x44BC2CF5AD770999ull);
+  EXPECT_EQ(xxh64(bytes("abc"), 7), 0x9E755206156676D7ull);
+  std::vector<std::uint8_t> ramp(100);
+  for (std::size_t i = 0; i < ramp.size(); ++i) ramp[i] = static_cast<std::uint8_t>(i);
+  EXPECT_EQ(xxh64(ramp, 123456789), 0xF96F532E91C7BCF4ull);
+  Xxh64Stream stream(123456789);
+  stream.update(std::span(ramp).first(37));
+  stream.update(std::span(ramp).subspan(37));
+  EXPECT_EQ(stream.digest(), 0xF96F532E91C7BCF4ull);
 }
 
 TEST(Checksum, StreamMatchesOneShot) {

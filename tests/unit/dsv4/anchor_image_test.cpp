@@ -2,6 +2,7 @@
 // same rows, states, position and ledger; every truncation and random corruption decodes to a typed
 // error; model / storage / context mismatches are typed; describe / magic check for `kvcompact inspect`.
 #include "kvcompact/dsv4/anchor_image.hpp"
+#include "kvcompact/dsv4/snapshot.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -127,13 +128,22 @@ TEST(Dsv4AnchorImage, HydrateClearsPoisonAndStalesOldSnapshots) {
   Deepseek4Cache src = make_cache(100);
   auto ledger = decode_tokens(src, 50, 4);
   auto image = encode_anchor_image(src, ledger);
+  ASSERT_TRUE(image.ok()) << image.error().to_string();
   Deepseek4Cache dst = make_cache(100);
+  decode_tokens(dst, 10, 5);
+  auto before = take_snapshot(dst);  // of dst's own history, before the hydrate
+  ASSERT_TRUE(before.ok());
   dst.poison("x");
   ASSERT_TRUE(hydrate_from_anchor_image(dst, *image).ok());
   EXPECT_FALSE(dst.poisoned());
   auto step = dst.plan_next_step();
   ASSERT_TRUE(step.ok());
   EXPECT_EQ(step->position, 50u);
+  // The hydrate rewrote the compressed rows from position 0: the earlier snapshot no longer restores.
+  const Status stale = restore_snapshot(dst, *before);
+  ASSERT_FALSE(stale.ok());
+  EXPECT_EQ(stale.error().code, ErrorCode::Mismatch);
+  EXPECT_EQ(dst.position(), 50u);
 }
 
 TEST(Dsv4AnchorImage, EveryTruncationIsATypedError) {

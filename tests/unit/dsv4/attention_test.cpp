@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 
+#include "kvcompact/core/parallel.hpp"
 #include "math_test_util.hpp"
 
 namespace kvcompact::dsv4 {
@@ -62,6 +63,28 @@ TEST(DsvAttention, FastMatchesOracle) {
       }
     }
   }
+}
+
+// attention.hpp: each head's arithmetic order is fixed, so the result does not depend on the thread count.
+TEST(DsvAttention, ResultDoesNotDependOnTheThreadCount) {
+  KVC_SEEDED(rng);
+  const std::size_t heads = 64, n = 300;
+  const std::vector<float> q = rng.normals(heads * 512, 1.0f);
+  const std::vector<float> data = rng.normals(n * 512, 1.0f);
+  std::vector<const float*> rows(n);
+  for (std::size_t j = 0; j < n; ++j) rows[j] = data.data() + j * 512;
+  const std::vector<float> sink = rng.normals(heads, 2.0f);
+  AttentionScratch scratch;
+  std::vector<std::vector<float>> outs;
+  for (std::size_t threads : {1u, 3u, 8u}) {
+    set_num_threads(threads);
+    std::vector<float> out(heads * 512, std::numeric_limits<float>::quiet_NaN());
+    sparse_attention(out.data(), q.data(), heads, rows.data(), n, sink.data(), nullptr, scratch);
+    outs.push_back(std::move(out));
+  }
+  set_num_threads(0);
+  EXPECT_TRUE(testutil::same_bits(outs[0], outs[1]));
+  EXPECT_TRUE(testutil::same_bits(outs[0], outs[2]));
 }
 
 TEST(DsvAttention, SinkClosedFormOnOneRow) {

@@ -39,7 +39,8 @@ TEST(DsvIndexer, ScoresMatchOracle) {
       // Each term is |w| * |q.k|; the bound scales with their sum, not with the (cancelling) total.
       double mag = 0.0;
       for (double v : oracle) mag = std::max(mag, std::fabs(v));
-      EXPECT_TRUE(close_to(fast, oracle, 0.0, 2e-5 * (1.0 + mag) * std::sqrt(static_cast<double>(heads))))
+      // (Measured over 60 draws: at most 6.4e-3 of a 2e-5 coefficient, so 1e-6 keeps a margin of about 8.)
+      EXPECT_TRUE(close_to(fast, oracle, 0.0, 1e-6 * (1.0 + mag) * std::sqrt(static_cast<double>(heads))))
           << rows << " rows, " << heads << " heads";
       std::vector<const float*> ptrs(rows);
       for (std::size_t s = 0; s < rows; ++s) ptrs[s] = keys.data() + s * 128;

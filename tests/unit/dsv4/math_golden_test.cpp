@@ -6,6 +6,8 @@
 
 #include "golden_dir.hpp"
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -127,11 +129,16 @@ TEST(DsvMathGolden, CompressorRowsRatio4) {
     const std::vector<double> expect = doubles(g["compressor_ratio4"]["rows"][g_row]);
     const std::vector<double> oracle = compressor_row_f64(p, static_cast<std::int64_t>(g_row), a, z);
     for (std::size_t i = 0; i < 512; ++i) ASSERT_NEAR(oracle[i], expect[i], 1e-12) << "row " << g_row << " dim " << i;
-    // The float32 fast path: within float error of the golden row (equal where the FP8 rounding agrees).
-    EXPECT_TRUE(close_to(row, expect, 2e-2)) << "row " << g_row;
+    // The float32 fast path: every FP8-rounded dim equal to the golden row's, the RoPE tail (dims 448..511, a
+    // float32 rotation) within float error of it (measured: 1.7e-7 of the row's largest value).
     std::size_t equal = 0;
     for (std::size_t i = 0; i < 448; ++i) equal += static_cast<double>(row[i]) == expect[i];
-    EXPECT_GE(equal, 440u) << "row " << g_row << ": too many FP8 values differ from the golden row";
+    EXPECT_EQ(equal, 448u) << "row " << g_row << ": FP8 values differ from the golden row";
+    double largest = 0.0;
+    for (double v : expect) largest = std::max(largest, std::fabs(v));
+    for (std::size_t i = 448; i < 512; ++i) {
+      EXPECT_NEAR(row[i], expect[i], 1e-6 * largest) << "row " << g_row << " dim " << i;
+    }
     ++g_row;
   }
   EXPECT_EQ(g_row, 2u);

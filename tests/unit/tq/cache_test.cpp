@@ -121,6 +121,42 @@ TEST(TqCache, AppendErrorsNameTheNumbersAndStoreNothing) {
   EXPECT_EQ(before->window_values, after->window_values);
 }
 
+// append_check.hpp: an append of 0 rows passes (and stores nothing) whatever its dtype and pointers.
+TEST(TqCache, AppendOfZeroRowsPassesWhateverItsDtypeAndPointers) {
+  auto cache = TurboQuantCache::create(small_shape(), QuantConfig::seed_system(3));
+  ASSERT_TRUE(cache.ok());
+  EXPECT_TRUE(cache->append(0, 1, 0, 0, DType::F8E4M3, nullptr, nullptr).ok());
+  EXPECT_TRUE(cache->append(0, 1, 0, 0, DType::F32, nullptr, nullptr).ok());
+  EXPECT_EQ(cache->length(0, 1), 0u);
+}
+
+// truncate_layer rolls one layer back and leaves the others; reset_all empties every sequence of every layer.
+TEST(TqCache, TruncateLayerAndResetAll) {
+  const std::uint64_t seed = fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937_64 rng(seed);
+  auto cache = TurboQuantCache::create(small_shape(), QuantConfig::recommended(seed));
+  ASSERT_TRUE(cache.ok());
+  const auto rows = random_rows(rng, 6 * 2, 64, 1.0f, false);
+  for (std::uint32_t layer : {0u, 2u}) {
+    for (std::uint32_t seq : {0u, 1u}) {
+      ASSERT_TRUE(cache->append(layer, seq, 0, 6, DType::F32, rows.data(), rows.data()).ok());
+    }
+  }
+  ASSERT_TRUE(cache->truncate_layer(2, 1, 4).ok());
+  EXPECT_EQ(cache->length(2, 1), 4u);
+  EXPECT_EQ(cache->length(0, 1), 6u);  // the other layer keeps its tokens
+  EXPECT_EQ(cache->length(2, 0), 6u);  // and so does the other sequence
+  EXPECT_TRUE(cache->truncate_layer(1, 0, 2).ok());  // no attention in layer 1: nothing to roll back
+  EXPECT_EQ(cache->truncate_layer(2, 5, 2).error().code, ErrorCode::OutOfRange);
+  cache->reset_all();
+  for (std::uint32_t layer : {0u, 2u}) {
+    for (std::uint32_t seq : {0u, 1u}) EXPECT_EQ(cache->length(layer, seq), 0u) << layer << " " << seq;
+  }
+  // Usable again from position 0.
+  EXPECT_TRUE(cache->append(0, 0, 0, 6, DType::F32, rows.data(), rows.data()).ok());
+}
+
 TEST(TqCache, HalfPrecisionInputEqualsItsF32Widening) {
   const std::uint64_t seed = fresh_seed();
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
@@ -197,6 +233,10 @@ TEST(TqCache, RestoreChecksEverythingBeforeTouchingTheCache) {
   ASSERT_TRUE(snap.ok());
   EXPECT_EQ(snap->length, 9u);
   EXPECT_EQ(snap->window_begin, 5u);
+  // Tokens in the target sequence, which every failed restore below must leave as they are.
+  const auto other_rows = random_rows(rng, 3 * 2, 64, 1.0f, false);
+  ASSERT_TRUE(cache->append(0, 1, 0, 3, DType::F32, other_rows.data(), other_rows.data()).ok());
+  const LayerSnapshot target_before = cache->snapshot(0, 1).value();
   EXPECT_EQ(snap->window_keys.size(), 2u * 4 * 64);
 
   EXPECT_EQ(cache->restore(2, 0, *snap).error().code, ErrorCode::Mismatch);  // other layer
@@ -232,7 +272,18 @@ TEST(TqCache, RestoreChecksEverythingBeforeTouchingTheCache) {
   const std::uint16_t half_inf = 0x7C00;
   std::memcpy(other.key_residual_norms.data() + 2 * 3, &half_inf, 2);
   EXPECT_EQ(cache->restore(0, 1, other).error().code, ErrorCode::NonFinite);
-  EXPECT_EQ(cache->length(0, 1), 0u);  // none of the failures stored anything
+  // None of the failures stored anything.
+  const LayerSnapshot target_after = cache->snapshot(0, 1).value();
+  EXPECT_EQ(target_after.length, 3u);
+  EXPECT_EQ(target_after.key_codes, target_before.key_codes);
+  EXPECT_EQ(target_after.key_signs, target_before.key_signs);
+  EXPECT_EQ(target_after.key_norms, target_before.key_norms);
+  EXPECT_EQ(target_after.key_residual_norms, target_before.key_residual_norms);
+  EXPECT_EQ(target_after.value_codes, target_before.value_codes);
+  EXPECT_EQ(target_after.value_norms, target_before.value_norms);
+  EXPECT_EQ(target_after.window_begin, target_before.window_begin);
+  EXPECT_EQ(target_after.window_keys, target_before.window_keys);
+  EXPECT_EQ(target_after.window_values, target_before.window_values);
 
   ASSERT_TRUE(cache->restore(0, 1, *snap).ok());
   EXPECT_EQ(cache->length(0, 1), 9u);

@@ -262,7 +262,8 @@ TEST(Codec, FastPrimitivesMatchFloat64Dequantisation) {
           qn += double(q[j]) * q[j];
           kn += k_hat[j] * k_hat[j];
         }
-        EXPECT_NEAR(codec.score_key(q_rot, q_jl, key.view()), exact, 1e-5 * std::sqrt(qn * kn))
+        // (Measured: 1.1e-7 for the score and 5.8e-8 for the values, relative to these norms.)
+        EXPECT_NEAR(codec.score_key(q_rot, q_jl, key.view()), exact, 1e-6 * std::sqrt(qn * kn))
             << mode << " d " << d << " seed " << seed;
         std::fill(acc.begin(), acc.end(), 0.0f);
         codec.accumulate_value(value.view(), 0.75f, acc);
@@ -270,7 +271,7 @@ TEST(Codec, FastPrimitivesMatchFloat64Dequantisation) {
         double vn = 0;
         for (double x : v_hat) vn += x * x;
         for (std::uint32_t j = 0; j < d; ++j) {
-          ASSERT_NEAR(out[j], 0.75 * v_hat[j], 1e-5 * std::sqrt(vn)) << mode << " d " << d << " seed " << seed;
+          ASSERT_NEAR(out[j], 0.75 * v_hat[j], 1e-6 * std::sqrt(vn)) << mode << " d " << d << " seed " << seed;
         }
       }
     }

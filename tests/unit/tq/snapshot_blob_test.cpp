@@ -53,15 +53,15 @@ TEST(SnapshotBlob, RoundTripRestoresIdenticalAttentionInAnotherCache) {
     auto source = TurboQuantCache::create(shape(), config).value();
     auto target = TurboQuantCache::create(shape(), config).value();
     fill(source, rng, 1, 57);
-    fill(target, rng, 1, 5);  // something to overwrite
+    fill(target, rng, 1, 5);  // something to overwrite: the restore goes into this same sequence
     auto blobs = snapshot_layer_blobs(source, 1, 0);
     ASSERT_TRUE(blobs.ok()) << blobs.error().to_string();
-    ASSERT_TRUE(restore_layer_blobs(target, 1, 1, blobs->keys, blobs->values).ok());
-    EXPECT_EQ(target.length(1, 1), 57u);
+    ASSERT_TRUE(restore_layer_blobs(target, 1, 0, blobs->keys, blobs->values).ok());
+    EXPECT_EQ(target.length(1, 0), 57u);
     auto query = random_rows(rng, kQHeads, kHeadDim, 1.0f, false);
-    EXPECT_EQ(decode_output(source, 1, 0, query), decode_output(target, 1, 1, query)) << mode;
+    EXPECT_EQ(decode_output(source, 1, 0, query), decode_output(target, 1, 0, query)) << mode;
     // And the restored cache snapshots to the same bytes.
-    auto again = snapshot_layer_blobs(target, 1, 1).value();
+    auto again = snapshot_layer_blobs(target, 1, 0).value();
     EXPECT_EQ(again.keys, blobs->keys);
     EXPECT_EQ(again.values, blobs->values);
   }
@@ -87,6 +87,8 @@ TEST(SnapshotBlob, ForeignBlobsAreMismatchesAndChangeNothing) {
   EXPECT_EQ(other_seed.length(1, 0), 3u);
 
   auto same = TurboQuantCache::create(shape(), config).value();
+  fill(same, rng, 1, 4);  // tokens a failed restore must leave as they are
+  const auto same_before = snapshot_layer_blobs(same, 1, 0).value();
   EXPECT_EQ(restore_layer_blobs(same, 2, 0, blobs.keys, blobs.values).error().code, ErrorCode::Mismatch);
   EXPECT_EQ(restore_layer_blobs(same, 0, 0, blobs.keys, blobs.values).error().code, ErrorCode::InvalidArgument);
   // A layer past the last: OutOfRange, as snapshot_layer_blobs and TurboQuantCache::restore say it.
@@ -100,7 +102,10 @@ TEST(SnapshotBlob, ForeignBlobsAreMismatchesAndChangeNothing) {
   auto damaged = blobs.values;
   damaged[damaged.size() / 2] ^= 0x10;
   EXPECT_EQ(restore_layer_blobs(same, 1, 0, blobs.keys, damaged).error().code, ErrorCode::Corrupt);
-  EXPECT_EQ(same.length(1, 0), 0u);
+  EXPECT_EQ(same.length(1, 0), 4u);
+  const auto same_after = snapshot_layer_blobs(same, 1, 0).value();
+  EXPECT_EQ(same_after.keys, same_before.keys);
+  EXPECT_EQ(same_after.values, same_before.values);
 }
 
 TEST(SnapshotBlob, SeedSystemBlobsRestoreIntoASeedPresetCache) {
