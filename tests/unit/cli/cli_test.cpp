@@ -14,6 +14,7 @@
 #include "kvcompact/dsv4/anchor_image.hpp"
 #include "kvcompact/dsv4/cache.hpp"
 #include "kvcompact/tq/snapshot_blob.hpp"
+#include "test_seed.hpp"
 
 namespace kvcompact {
 namespace {
@@ -53,7 +54,7 @@ std::vector<std::uint8_t> sample_key_blob() {
   shape.capacity = 16;
   auto cache = tq::TurboQuantCache::create(shape, tq::QuantConfig::seed_system(11)).value();
   std::vector<float> rows(5 * 2 * 64);
-  std::mt19937 rng(std::random_device{}());
+  std::mt19937 rng(static_cast<std::mt19937::result_type>(kvcompact::testing_support::fresh_seed()));  // (replayable)
   std::normal_distribution<float> normal;
   for (auto& x : rows) x = normal(rng);
   EXPECT_TRUE(cache.append(0, 0, 0, 5, DType::F32, rows.data(), rows.data()).ok());

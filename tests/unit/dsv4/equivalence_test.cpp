@@ -79,6 +79,14 @@ void check_chunkings(StorageConfig storage, std::vector<std::vector<std::size_t>
   ASSERT_OK(run_chunks(s.runner, c, s.model, s.stream, out, 0, n, {n}));
   EXPECT_TRUE(dump_valid(c) == ref_dump) << "pieces of 37";
   EXPECT_TRUE(same_outputs(out, ref_out, 0, n));
+  // max_span_tokens = 0 counts as 1 (layer_runner.hpp): pieces of one token, the same cache and outputs.
+  s.runner.max_span_tokens = 0;
+  Deepseek4Cache c0 = s.cache(n, storage);
+  Outputs out0(3, n, s.model.heads);
+  ASSERT_OK(run_chunks(s.runner, c0, s.model, s.stream, out0, 0, n, {n}));
+  EXPECT_TRUE(dump_valid(c0) == ref_dump) << "pieces of 0 (= 1)";
+  EXPECT_TRUE(same_outputs(out0, ref_out, 0, n));
+  s.runner.max_span_tokens = 2048;
 }
 
 TEST(DsvEquivalence, PrefillChunksEqualDecodeBf16) {
