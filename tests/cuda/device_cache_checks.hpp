@@ -75,6 +75,14 @@ inline void expect_decode_output_matches_oracle(const kvcompact::tq::TurboQuantC
     EXPECT_LE(kvcompact::tq::testing::max_row_relative_error(got, ref[i], row), 1e-3)
         << where << " layer " << layer << " seq " << seqs[i];
   }
+  // An empty sequence's output is exactly 0 (DecodeArgs); a device length left stale by a reset or truncate
+  // would show here, where the oracle has nothing to compare.
+  for (std::uint32_t s2 = 0; s2 < sequences; ++s2) {
+    if (cpu.length(layer, s2) != 0) continue;
+    std::size_t nonzero = 0;
+    for (std::size_t j = s2 * row; j < (s2 + 1) * row; ++j) nonzero += out[j] != 0.0f;
+    EXPECT_EQ(nonzero, 0u) << where << " layer " << layer << " seq " << s2 << " is empty but its output is not 0";
+  }
 }
 
 // Decode attention of every non-empty sequence of `layer` (random queries, q_heads heads, no sinks) on the

@@ -320,6 +320,9 @@ Outcome run_case(const Case& c, std::uint64_t seed) {
     probe.value_bits = config.value_bits;
     probe.dtype = c.dtype == DType::F32 ? 0 : c.dtype == DType::F16 ? 1 : 2;
     fast = detail::encode_path(probe) == detail::EncodePath::Fast;
+    // The case takes the path its label says (the fast kernel for d = 64 / 128 / 256 from aligned inputs): a
+    // dispatch that sent everything to the general kernel would otherwise pass the fast kernel's tests.
+    EXPECT_EQ(fast, (c.d == 64 || c.d == 128 || c.d == 256) && !c.misalign_input) << "encode path";
     const Status s = encode_append(layout, dcodec, layer.data(), req);
     EXPECT_TRUE(s.ok()) << s.error().to_string();
     EXPECT_TRUE(synchronize().ok());
