@@ -122,6 +122,36 @@ Status DeviceBuffer::fill(std::uint8_t byte) {
   return ok_status();
 }
 
+DeviceEvent::DeviceEvent(DeviceEvent&& other) noexcept : event_(std::exchange(other.event_, nullptr)) {}
+
+DeviceEvent& DeviceEvent::operator=(DeviceEvent&& other) noexcept {
+  if (this != &other) {
+    if (event_ != nullptr) (void)cudaEventDestroy(static_cast<cudaEvent_t>(event_));
+    event_ = std::exchange(other.event_, nullptr);
+  }
+  return *this;
+}
+
+DeviceEvent::~DeviceEvent() {
+  if (event_ != nullptr) (void)cudaEventDestroy(static_cast<cudaEvent_t>(event_));
+}
+
+Status DeviceEvent::record(void* stream) {
+  if (event_ == nullptr) {
+    cudaEvent_t event = nullptr;
+    KVC_CUDA_TRY(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+    event_ = event;
+  }
+  KVC_CUDA_TRY(cudaEventRecord(static_cast<cudaEvent_t>(event_), static_cast<cudaStream_t>(stream)));
+  return ok_status();
+}
+
+Status DeviceEvent::synchronize() const {
+  if (event_ == nullptr) return ok_status();
+  KVC_CUDA_TRY(cudaEventSynchronize(static_cast<cudaEvent_t>(event_)));
+  return ok_status();
+}
+
 Status synchronize() {
   KVC_CUDA_TRY(cudaDeviceSynchronize());
   return ok_status();

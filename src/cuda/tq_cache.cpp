@@ -449,19 +449,22 @@ Status DeviceCache::attention(std::uint32_t layer, std::span<const ktq::Attentio
     host[2 * n + r] = requests[r].rows;
   }
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
-  // A kernel of an earlier call on this stream may still read the argument buffer.
+  // A kernel of an earlier call may still read the argument buffer or the workspace: on this stream, or on
+  // another one (attention_done_ marks the previous call's last kernel, whatever its stream).
   KVC_CUDA_TRY(cudaStreamSynchronize(s));
+  KVC_TRY(attention_done_.synchronize());
   if (request_args_.size() < 4ull * host.size()) {
     KVC_ASSIGN_OR_RETURN(request_args_, DeviceBuffer::allocate(4ull * host.size()));
   }
   KVC_CUDA_TRY(cudaMemcpyAsync(request_args_.data(), host.data(), 4ull * host.size(), cudaMemcpyHostToDevice, s));
-  // (The stream was synchronised above, so no earlier kernel still uses the old workspace.)
+  // (Both waits above: no earlier kernel still uses the old workspace.)
   if (prefill_workspace_.size() < plan.workspace_bytes) {
     KVC_ASSIGN_OR_RETURN(prefill_workspace_, DeviceBuffer::allocate(plan.workspace_bytes));
   }
   void* const workspace = plan.workspace_bytes > 0 ? prefill_workspace_.data() : nullptr;
   const auto* dev = static_cast<const std::uint32_t*>(request_args_.data());
-  for (std::size_t r = 0; r < n; ++r) {
+  Status launched = ok_status();
+  for (std::size_t r = 0; r < n && launched.ok(); ++r) {
     if (requests[r].rows == 0) continue;
     PrefillArgs args;
     args.batch = 1;
@@ -472,10 +475,12 @@ Status DeviceCache::attention(std::uint32_t layer, std::span<const ktq::Attentio
     args.output = requests[r].output;
     args.sinks = options.sinks;
     args.scale = options.scale;
-    KVC_TRY(prefill(layer, plan, args, workspace, stream));
+    launched = prefill(layer, plan, args, workspace, stream);
   }
-  // The host vector may go away now: cudaMemcpyAsync from pageable memory returns once it is staged.
-  return ok_status();
+  // Marks the kernels that read the buffers, also when a launch failed after others had been enqueued. (The host
+  // vector may go away now: cudaMemcpyAsync from pageable memory returns once it is staged.)
+  const Status recorded = attention_done_.record(stream);
+  return launched.ok() ? recorded : launched;
 }
 
 }  // namespace kvcompact::cuda::tq

@@ -79,6 +79,26 @@ class PinnedBuffer {
   std::uint64_t bytes_ = 0;
 };
 
+// Owning, move-only CUDA event (timing disabled), created at its first record: marks a point in a stream's
+// work, e.g. the last kernels that read a buffer which the host is about to rewrite.
+class DeviceEvent {
+ public:
+  DeviceEvent() = default;
+  DeviceEvent(DeviceEvent&& other) noexcept;
+  DeviceEvent& operator=(DeviceEvent&& other) noexcept;
+  DeviceEvent(const DeviceEvent&) = delete;
+  DeviceEvent& operator=(const DeviceEvent&) = delete;
+  ~DeviceEvent();
+
+  // Records the event after the work enqueued so far on `stream` (null = default stream).
+  Status record(void* stream);
+  // Waits on the host until the work before the last record has run (at once when never recorded).
+  Status synchronize() const;
+
+ private:
+  void* event_ = nullptr;
+};
+
 // cudaDeviceSynchronize, with any asynchronous kernel error mapped to an Error.
 Status synchronize();
 // cudaStreamSynchronize on an opaque stream (null = default stream).

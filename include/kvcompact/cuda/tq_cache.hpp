@@ -151,9 +151,9 @@ class DeviceCache {
   // synchronising `stream`, so the small argument buffer is never overwritten while a kernel of an earlier call
   // on `stream` reads it) and launches one prefill kernel per request on `stream`; it does not wait for them.
   // Where the plan splits the keys, the cache keeps the workspace (grown when a call needs more). The argument
-  // buffer and that workspace belong to the cache, not to a stream: calls on different streams must not overlap
-  // (synchronise the earlier call's stream before a call on another one), or the later call rewrites them
-  // under the earlier one's kernels. Not graph-capturable: use plan_prefill / prefill for that.
+  // buffer and that workspace belong to the cache, not to a stream: a call first waits for the previous call's
+  // kernels, on whichever stream they ran, so calls on different streams may follow each other. Not
+  // graph-capturable: use plan_prefill / prefill for that.
   Status attention(std::uint32_t layer, std::span<const kvcompact::tq::AttentionRequest> requests,
                    const kvcompact::tq::AttentionOptions& options, void* stream = nullptr,
                    PrefillPrecision precision = kDefaultPrefillPrecision);
@@ -218,6 +218,7 @@ class DeviceCache {
   DeviceBuffer status_;        // [2][requests]: an append_batch's encode status words, then its verdicts (grown)
   DeviceBuffer request_args_;  // attention(): [3][requests] seq, first_position, rows
   DeviceBuffer prefill_workspace_;  // attention(): the key splits' partials and counters
+  DeviceEvent attention_done_;       // attention(): recorded after its kernels, on whichever stream they ran
   // The appends without a host wait: [4][layers × sequences] words (word layer · sequences + seq of each part):
   // encode status (zero between steps), append_deferred's verdicts, and append_at_length's refusals since the
   // last sync (flags OR-ed, position of the first); then one word, the count of append_at_length's commit
