@@ -17,6 +17,10 @@ inline constexpr unsigned kEncodeWarps = 4;
 // 32·32/head_dim rows of one KV head and kind per step, head_dim/32 lanes per row (docs/cuda-encode.md).
 inline constexpr unsigned kEncodeFastWarps = 8;
 
+// The status bits of a request with a NaN / inf coordinate and with a norm beyond float32 (kEncodeNonFinite,
+// kEncodeNormOverflow of kvcompact/cuda/tq.hpp): the row's record is zeroed.
+inline constexpr std::uint32_t kStatusNonFinite = 1u;
+inline constexpr std::uint32_t kStatusNormOverflow = 2u;
 // The status bit of a request rejected for ending beyond EncodeParams::length_limit (kEncodeBeyondLimit of
 // kvcompact/cuda/tq.hpp, which the kernels do not include; tq_codec.cpp checks that the two agree).
 inline constexpr std::uint32_t kStatusBeyondLimit = 4u;

@@ -153,7 +153,8 @@ Error DeviceCache::rejected_append(std::uint32_t layer, std::uint32_t seq, std::
                           "append to layer {} sequence {} at position {}: a key or value coordinate is NaN or inf",
                           layer, seq, position)
              : make_error(ErrorCode::OutOfRange,
-                          "append to layer {} sequence {} at position {}: a norm exceeds the float32 range", layer,
+                          "append to layer {} sequence {} at position {}: a norm (or, with norm correction, the "
+                          "corrected norm) exceeds the float32 range", layer,
                           seq, position);
 }
 

@@ -92,6 +92,8 @@ Result<DeviceCodec> DeviceCodec::create(const LayerCodec& codec) {
 
 namespace {
 
+static_assert(detail::kStatusNonFinite == kEncodeNonFinite, "the kernels' status bit and the public one");
+static_assert(detail::kStatusNormOverflow == kEncodeNormOverflow, "the kernels' status bit and the public one");
 static_assert(detail::kStatusBeyondLimit == kEncodeBeyondLimit, "the kernels' status bit and the public one");
 static_assert(detail::kStatusStalePosition == kEncodeStalePosition, "the kernels' status bit and the public one");
 

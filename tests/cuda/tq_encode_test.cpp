@@ -50,6 +50,8 @@ enum class RowKind {
   Subnormal,    // subnormal coordinates mixed with normal ones (tiny, subnormal products)
   Huge,         // f32 / bf16: scaled by 1e30 or, for half of them, 1e37 (norm beyond 2^120: the float64 division)
   Overflow,     // norm beyond float32: zero record + kEncodeNormOverflow
+  NcOverflow,   // f32 / bf16: one coordinate ±3.3895e38 (bf16's largest): ‖x‖ fits float32 but, with norm correction,
+                // ‖x‖ / ‖c‖ (‖c‖ < 1) does not: zero record + kEncodeNormOverflow; f16: ±65504 (a valid row)
   NaN,          // one NaN coordinate: zero record + kEncodeNonFinite
   Inf,          // one inf coordinate: zero record + kEncodeNonFinite
   Tie,          // f32 only: a rotated coordinate exactly on a quantiser boundary
@@ -65,6 +67,7 @@ const char* kind_name(RowKind k) {
     case RowKind::Subnormal: return "subnormal";
     case RowKind::Huge: return "huge";
     case RowKind::Overflow: return "overflow";
+    case RowKind::NcOverflow: return "nc-overflow";
     case RowKind::NaN: return "nan";
     case RowKind::Inf: return "inf";
     case RowKind::Tie: return "tie";
@@ -169,6 +172,12 @@ struct Generator {
           for (float& v : x) v = (v >= 0 ? 1.0f : -1.0f) * 65504.0f;  // cannot overflow: a valid row
         }
         break;
+      case RowKind::NcOverflow: {
+        const float v = (coin(rng) ? 1.0f : -1.0f) * (dtype == DType::F16 ? 65504.0f : 3.3895313892515355e38f);
+        std::fill(x.begin(), x.end(), 0.0f);
+        x[pick(rng)] = v;
+        break;
+      }
       case RowKind::NaN: x[pick(rng)] = std::numeric_limits<float>::quiet_NaN(); break;
       case RowKind::Inf: x[pick(rng)] = -std::numeric_limits<float>::infinity(); break;
       case RowKind::Tie:
@@ -258,6 +267,7 @@ std::uint32_t cpu_append(const kvcompact::tq::LayerCodec& codec, const kvcompact
 
 struct Outcome {
   std::uint64_t records = 0, differ = 0, codes = 0;
+  std::uint32_t status = 0;  // the CPU oracle's status bits (the GPU's are checked equal)
 };
 
 // Runs one case on the GPU and the CPU; compares every region record by record.
@@ -330,6 +340,7 @@ Outcome run_case(const Case& c, std::uint64_t seed) {
   std::uint32_t flags = 0xFFFFFFFFu;
   EXPECT_TRUE(status.download(&flags, 4).ok());
   EXPECT_EQ(flags, expected_status) << "status word";
+  out.status = expected_status;
   std::vector<std::uint8_t> gpu(layout.total_bytes);
   EXPECT_TRUE(layer.download(gpu.data(), gpu.size()).ok());
   const std::uint64_t slots = std::uint64_t{layout.sequences} * layout.kv_heads * layout.capacity;
@@ -437,7 +448,7 @@ TEST(CudaEncodeFast, AdversarialRows) {
   const std::vector<RowKind> kinds = {RowKind::Gaussian, RowKind::Tie,      RowKind::Zero,      RowKind::Gaussian,
                                       RowKind::HalfZero, RowKind::OneHot,   RowKind::Tiny,      RowKind::Subnormal,
                                       RowKind::Huge,     RowKind::Overflow, RowKind::NaN,       RowKind::Tie,
-                                      RowKind::Inf,      RowKind::Gaussian, RowKind::Tie};
+                                      RowKind::Inf,      RowKind::Gaussian, RowKind::Tie,       RowKind::NcOverflow};
   std::string names;
   for (RowKind k : kinds) names += std::string(kind_name(k)) + " ";
   std::printf("[encode-fast] adversarial row kinds (cycled): %s\n", names.c_str());
@@ -498,6 +509,39 @@ TEST(CudaEncodeFast, MisalignedInputTakesTheGeneralKernel) {
     c.misalign_input = true;
     c.label = "misaligned";
     run_case(c, fresh_seed());
+  }
+}
+
+// With norm correction the stored norm is ‖x‖ / ‖c‖, which can round to inf although ‖x‖ fits float32; the CPU
+// codec refuses such rows (OutOfRange), so both kernels must zero their records and flag kEncodeNormOverflow.
+// Without norm correction the same rows are valid. Fast (d = 64 / 128 / 256) and general (d = 96, misaligned
+// input) paths; bf16 and f32 inputs (f16 cannot reach the bound).
+TEST(CudaEncodeSmall, NormCorrectedOverflowIsFlagged) {
+  SKIP_WITHOUT_GPU();
+  struct Shape {
+    std::uint32_t d;
+    DType dtype;
+    bool misalign;
+  };
+  const Shape shapes[] = {{64, DType::F32, false}, {128, DType::BF16, false}, {256, DType::BF16, false},
+                          {96, DType::BF16, false}, {128, DType::F32, true}};
+  for (const Shape& shape : shapes) {
+    for (const bool nc : {true, false}) {
+      Case c;
+      c.mode = nc ? "k=mse4,v=mse3,nc,w=4" : "k=mse4,v=mse3,w=4";
+      c.d = shape.d;
+      c.dtype = shape.dtype;
+      c.misalign_input = shape.misalign;
+      c.kv_heads = 2;
+      c.sequences = 1;
+      c.capacity = 24;
+      c.appends = {{0, 2, 17}};
+      c.kinds = {RowKind::Gaussian, RowKind::NcOverflow, RowKind::Gaussian};
+      c.label = "nc-overflow";
+      const Outcome out = run_case(c, fresh_seed());
+      // The oracle's verdict, so that this test fails if the rows stop reaching the bound.
+      EXPECT_EQ(out.status, nc ? kEncodeNormOverflow : 0u) << "d " << shape.d << (nc ? " nc" : " without nc");
+    }
   }
 }
 
