@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Correctness checks of the GPU test binaries built on the development machine (scripts/gpu/ab_prebuild.sh, or
+# built there and copied to .ab/new/build-gpu/tests/...), run on the GPU machine without a build: every test of
+# both binaries, then compute-sanitizer memcheck and racecheck on SANITIZE_FILTER (default the *Small* suites, the
+# two-stream test and the plan checks). Carry ".deps" and ".ab". Each step gets at most what is left of DEADLINE
+# seconds (default 540, so that the device call's 600 s limit is not reached), so a slow step cuts the later ones
+# short rather than the whole run; a step that ran out says so. Logs packed into $OUT/checks_logs.tgz (the device
+# tool brings back at most 8 files). Exit code: the first failing step's.
+# Usage: scripts/gpu/prebuilt_checks.sh [BIN_DIR]   (default .ab/new/build-gpu)
+set -uo pipefail
+cd "$(dirname "$0")/../.." || exit 2
+OUT="${OUT:-$PWD/out}"
+mkdir -p "$OUT"
+BIN="${1:-.ab/new/build-gpu}"
+DEADLINE="${DEADLINE:-540}"
+FILTER="${SANITIZE_FILTER:-*Small*:CudaCacheStreams.*:CudaCache.PlansOf*}"
+[ -d .deps/usr ] && export LD_LIBRARY_PATH="$PWD/.deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
+t0=$(date +%s)
+rc=0
+trap '(cd "$OUT" && tar czf checks_logs.tgz --remove-files ./*.log 2>/dev/null)' EXIT
+
+# step NAME LOG CMD...: runs CMD under what is left of the deadline; prints its exit code and elapsed time.
+step() {
+  local name=$1 log=$2 left code
+  shift 2
+  left=$(( DEADLINE - ($(date +%s) - t0) ))
+  if [ "$left" -le 5 ]; then
+    echo "$name: not run (deadline of $DEADLINE s reached)"
+    [ "$rc" != 0 ] || rc=124
+    return
+  fi
+  timeout "$left" "$@" > "$OUT/$log" 2>&1
+  code=$?
+  echo "$name: exit $code after $(( $(date +%s) - t0 )) s$([ "$code" = 124 ] && echo ' (timed out)')"
+  [ "$rc" != 0 ] || rc=$code
+}
+
+binaries=("$BIN/tests/cuda/kvcompact_cuda_tests" "$BIN/tests/cuda_dsv4/kvcompact_cuda_dsv4_tests")
+for t in "${binaries[@]}"; do
+  [ -x "$t" ] || { echo "error: no test binary $t" >&2; exit 2; }
+done
+for t in "${binaries[@]}"; do
+  n=$(basename "$t")
+  step "$n" "$n.log" "$t"
+  grep -E "^\[  (PASSED|FAILED) |^\[  FAILED|Failure" -A3 "$OUT/$n.log" | head -20
+done
+for t in "${binaries[@]}"; do
+  n=$(basename "$t")
+  for tool in memcheck racecheck; do
+    step "$tool $n" "${tool}_$n.log" compute-sanitizer --tool "$tool" --error-exitcode 3 "$t" --gtest_filter="$FILTER"
+    echo "  $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/${tool}_$n.log" | head -1)" \
+      "$(grep -E '^\[  (PASSED|FAILED) ' "$OUT/${tool}_$n.log" | head -2 | tr '\n' ' ')"
+  done
+done
+exit "$rc"
