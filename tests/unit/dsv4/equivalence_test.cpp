@@ -72,20 +72,16 @@ void check_chunkings(StorageConfig storage, std::vector<std::vector<std::size_t>
     EXPECT_TRUE(dump_valid(c) == ref_dump) << "cache contents differ from token-by-token decode";
     EXPECT_TRUE(same_outputs(out, ref_out, 0, n));
   }
-  // One chunk worked internally in pieces of 37 tokens.
-  s.runner.max_span_tokens = 37;
-  Deepseek4Cache c = s.cache(n, storage);
-  Outputs out(3, n, s.model.heads);
-  ASSERT_OK(run_chunks(s.runner, c, s.model, s.stream, out, 0, n, {n}));
-  EXPECT_TRUE(dump_valid(c) == ref_dump) << "pieces of 37";
-  EXPECT_TRUE(same_outputs(out, ref_out, 0, n));
-  // max_span_tokens = 0 counts as 1 (layer_runner.hpp): pieces of one token, the same cache and outputs.
-  s.runner.max_span_tokens = 0;
-  Deepseek4Cache c0 = s.cache(n, storage);
-  Outputs out0(3, n, s.model.heads);
-  ASSERT_OK(run_chunks(s.runner, c0, s.model, s.stream, out0, 0, n, {n}));
-  EXPECT_TRUE(dump_valid(c0) == ref_dump) << "pieces of 0 (= 1)";
-  EXPECT_TRUE(same_outputs(out0, ref_out, 0, n));
+  // One chunk worked internally in pieces of 37 tokens, and of 0 tokens, which counts as 1 (layer_runner.hpp):
+  // the same cache and outputs.
+  for (const std::uint32_t span : {37u, 0u}) {
+    s.runner.max_span_tokens = span;
+    Deepseek4Cache c = s.cache(n, storage);
+    Outputs out(3, n, s.model.heads);
+    ASSERT_OK(run_chunks(s.runner, c, s.model, s.stream, out, 0, n, {n}));
+    EXPECT_TRUE(dump_valid(c) == ref_dump) << "pieces of " << span;
+    EXPECT_TRUE(same_outputs(out, ref_out, 0, n)) << "pieces of " << span;
+  }
   s.runner.max_span_tokens = 2048;
 }
 
