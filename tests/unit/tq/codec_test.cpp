@@ -207,7 +207,7 @@ TEST(Estimator, MseKeysShrinkInnerProductsAndNormCorrectionRestoresNorms) {
     KeyStorage key(codec.token_bytes());
     std::vector<float> scratch(2 * d);
     std::vector<double> decoded(d);
-    double sxx = 0, sxy = 0;
+    SampleMean shrink;  // ⟨x̂, x⟩ / ‖x‖² per vector
     for (int i = 0; i < 4000; ++i) {
       auto k = random_unit(rng, d);
       for (auto& x : k) x *= 3.0f;
@@ -221,15 +221,17 @@ TEST(Estimator, MseKeysShrinkInnerProductsAndNormCorrectionRestoresNorms) {
       if (nc) {
         EXPECT_NEAR(std::sqrt(norm_sq), 3.0, 3e-5) << "seed " << seed;
       }
-      sxx += 9.0;
-      sxy += proj;
+      shrink.add(proj / 9.0);
     }
-    const double shrink = sxy / sxx;  // E⟨x̂, x⟩ / ‖x‖² ≈ 1 − D_mse without correction
+    // Without correction E⟨x̂, x⟩ / ‖x‖² = Σ E[c(y_j)·y_j] = Σ E[c(y_j)²] = 1 − D_mse exactly (each centroid is its
+    // cell's conditional mean), so the bound is 5 standard errors of the sample mean; with it the norms are
+    // restored and the projection grows well beyond that.
     const double expected = 1.0 - codec.key_codebook().distortion();
     if (nc) {
-      EXPECT_GT(shrink, expected + 0.02) << "seed " << seed;
+      EXPECT_GT(shrink.mean(), expected + 0.02) << "seed " << seed;
     } else {
-      EXPECT_NEAR(shrink, expected, 0.01) << "seed " << seed;
+      EXPECT_NEAR(shrink.mean(), expected, 5.0 * shrink.standard_error() + 1e-6)
+          << "seed " << seed << ": " << (shrink.mean() - expected) / shrink.standard_error() << " standard errors off";
     }
   }
 }
