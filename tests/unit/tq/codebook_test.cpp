@@ -328,8 +328,8 @@ TEST(Codebook, CacheReturnsOnePointerPerPairAcrossThreads) {
 // The rotation is orthogonal, so for x uniform on the sphere y = R·x is uniform too, and ‖x − R⁻¹c(y)‖² =
 // ‖y − c(y)‖²: the mean squared error over random unit vectors has expectation distortion() exactly, with no
 // finite-d or rotation term. What separates them is the sample's noise, plus float rounding (x, y and the f32
-// centroids and boundaries: ~10⁻⁷ relative), so the bound is 5 standard errors of the sample mean (≈ 0.1–0.4 %
-// of the value here) and 10⁻⁶ relative. (Measured over 5 seeds, 115 checks: the deviations in standard errors
+// centroids and boundaries: ~10⁻⁷ relative), so the bound is 5 standard errors of the sample mean (0.2 % of the
+// value at d = 576, 1 bit, to 1.7 % at d = 64, 4 bits; a fixed 2 % before) and 10⁻⁶ relative. (Measured over 5 seeds, 115 checks: the deviations in standard errors
 // had mean −0.13, spread 0.94 and largest 2.6 — the sample's noise, nothing systematic.)
 TEST(Codebook, EmpiricalDistortionMatchesTheExactValue) {
   const std::uint64_t seed = fresh_seed();
