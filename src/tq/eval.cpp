@@ -11,11 +11,14 @@
 #include <random>
 #include <set>
 #include <ctime>
+#include <tuple>
 #include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 
 #include "kvcompact/core/parallel.hpp"
+#include "kvcompact/core/sample_mean.hpp"
 #include "kvcompact/tq/attention.hpp"
 #include "kvcompact/tq/cache.hpp"
 #include "kvcompact/tq/codebook.hpp"
@@ -160,9 +163,30 @@ SyntheticData make_synthetic(std::uint64_t seed, std::uint32_t d, std::uint32_t 
 
 // ---- codec statistics ---------------------------------------------------------------------------------
 
+// Each statistic with its standard error, so a reader (and eval_test) can tell sampling noise from a
+// departure from theory.
 struct CodecStats {
-  double key_dmse = 0, value_dmse = 0, slope = 0, var_d = 0;
+  double key_dmse = 0, key_dmse_se = 0, value_dmse = 0, value_dmse_se = 0;
+  double slope = 0, slope_se = 0, var_d = 0, var_d_se = 0;
 };
+
+// Least-squares slope through the origin of estimates e on truths t, Σ e·t / Σ t², with its
+// heteroskedasticity-robust (sandwich) standard error √(Σ t²·(e − slope·t)²) / Σ t²: the estimator's
+// error variance depends on the pair, so the textbook constant-variance formula would not hold.
+std::pair<double, double> slope_through_origin(const std::vector<double>& truth, const std::vector<double>& estimate) {
+  double cross = 0, truth_sq = 0;
+  for (std::size_t i = 0; i < truth.size(); ++i) {
+    cross += estimate[i] * truth[i];
+    truth_sq += truth[i] * truth[i];
+  }
+  const double slope = cross / truth_sq;
+  double spread = 0;
+  for (std::size_t i = 0; i < truth.size(); ++i) {
+    const double residual = estimate[i] - slope * truth[i];
+    spread += truth[i] * truth[i] * residual * residual;
+  }
+  return {slope, std::sqrt(spread) / truth_sq};
+}
 
 CodecStats measure_codec(const LayerCodec& codec, std::uint64_t seed, std::uint32_t vectors, std::uint32_t pairs) {
   const std::uint32_t d = codec.head_dim();
@@ -176,20 +200,23 @@ CodecStats measure_codec(const LayerCodec& codec, std::uint64_t seed, std::uint3
   ConstKeyRecord ckey{kc.data(), qjl ? ks.data() : nullptr, &kn, qjl ? &rho : nullptr};
   std::vector<float> scratch(2 * d), q_rot(d), q_jl(d);
   std::vector<double> decoded(d);
-  CodecStats stats;
-  double key_err = 0, value_err = 0;
+  auto squared_error = [&](const std::vector<float>& x) {
+    double sum = 0;
+    for (std::uint32_t j = 0; j < d; ++j) sum += (decoded[j] - x[j]) * (decoded[j] - x[j]);
+    return sum;
+  };
+  SampleMean key_err, value_err;
   for (std::uint32_t i = 0; i < vectors; ++i) {
     const std::vector<float> x = unit_vector(rng, d);
     (void)codec.encode_key(x, key, scratch);
     codec.decode_key(ckey, decoded);
-    for (std::uint32_t j = 0; j < d; ++j) key_err += (decoded[j] - x[j]) * (decoded[j] - x[j]);
+    key_err.add(squared_error(x));
     (void)codec.encode_value(x, {vc.data(), &vn}, scratch);
     codec.decode_value({vc.data(), &vn}, decoded);
-    for (std::uint32_t j = 0; j < d; ++j) value_err += (decoded[j] - x[j]) * (decoded[j] - x[j]);
+    value_err.add(squared_error(x));
   }
-  stats.key_dmse = key_err / vectors;
-  stats.value_dmse = value_err / vectors;
-  double cross = 0, truth_sq = 0, err_sq = 0;
+  SampleMean ip_err_d;  // d · (estimate − truth)² per pair
+  std::vector<double> truths(pairs), estimates(pairs);
   for (std::uint32_t i = 0; i < pairs; ++i) {
     const std::vector<float> x = unit_vector(rng, d);
     const std::vector<float> y = unit_vector(rng, d);
@@ -198,12 +225,18 @@ CodecStats measure_codec(const LayerCodec& codec, std::uint64_t seed, std::uint3
     const double estimate = codec.score_key(q_rot, q_jl, ckey);
     double truth = 0;
     for (std::uint32_t j = 0; j < d; ++j) truth += static_cast<double>(x[j]) * y[j];
-    cross += estimate * truth;
-    truth_sq += truth * truth;
-    err_sq += (estimate - truth) * (estimate - truth);
+    truths[i] = truth;
+    estimates[i] = estimate;
+    ip_err_d.add((estimate - truth) * (estimate - truth) * d);
   }
-  stats.slope = cross / truth_sq;
-  stats.var_d = err_sq / pairs * d;
+  CodecStats stats;
+  stats.key_dmse = key_err.mean();
+  stats.key_dmse_se = key_err.standard_error();
+  stats.value_dmse = value_err.mean();
+  stats.value_dmse_se = value_err.standard_error();
+  std::tie(stats.slope, stats.slope_se) = slope_through_origin(truths, estimates);
+  stats.var_d = ip_err_d.mean();
+  stats.var_d_se = ip_err_d.standard_error();
   return stats;
 }
 
@@ -308,8 +341,9 @@ Result<EvalReport> run_eval(const EvalOptions& in) {
                       "eval needs kv_heads > 0, q_heads a positive multiple of it and query_rows > 0 (got {}, {}, {})",
                       in.kv_heads, in.q_heads, in.query_rows);
   }
-  if (report.ip_pairs == 0 || report.mse_vectors == 0) {
-    return make_error(ErrorCode::InvalidArgument, "eval needs ip_pairs and mse_vectors > 0");
+  if (report.ip_pairs < 2 || report.mse_vectors < 2) {  // a standard error needs two samples
+    return make_error(ErrorCode::InvalidArgument, "eval needs ip_pairs and mse_vectors ≥ 2 (got {} and {})",
+                      report.ip_pairs, report.mse_vectors);
   }
   std::vector<QuantConfig> configs;
   {
@@ -392,7 +426,9 @@ Result<EvalReport> run_eval(const EvalOptions& in) {
     const double key_d = codec.key_codebook().distortion();
     const double value_d = codec.value_codebook().distortion();
     result.key_dmse = stats.key_dmse;
+    result.key_dmse_se = stats.key_dmse_se;
     result.value_dmse = stats.value_dmse;
+    result.value_dmse_se = stats.value_dmse_se;
     result.value_dmse_theory = mse_theory(value_d, config.norm_correction);
     if (config.has_qjl()) {
       result.key_dmse_theory = (std::numbers::pi / 2.0 - 1.0) * key_d;
@@ -403,8 +439,15 @@ Result<EvalReport> run_eval(const EvalOptions& in) {
       result.ip_slope_theory = config.norm_correction ? std::sqrt(1.0 - key_d) : 1.0 - key_d;
     }
     result.ip_slope = stats.slope;
+    result.ip_slope_se = stats.slope_se;
     result.ip_var_d = stats.var_d;
+    result.ip_var_d_se = stats.var_d_se;
     result.ip_var_d_theory = result.key_dmse_theory;
+    // Plain mse codes: every centroid is its cell's conditional mean and y = R·x is uniform on the sphere, so
+    // D_b, 1 − D_b and the variance identity are exact expectations. Norm correction and QJL keys use
+    // concentration approximations (mse_theory's comment, docs/tq-cache.md).
+    result.key_theory_exact = !config.has_qjl() && !config.norm_correction;
+    result.value_theory_exact = !config.norm_correction;
 
     // One cache grows through the contexts (ascending), so each measurement sees exactly its prefix.
     CacheShape shape;

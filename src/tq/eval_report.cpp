@@ -1,5 +1,6 @@
 // Renderings of an EvalReport: aligned text tables for people, JSON and CSV for machines. JSON is written
 // by hand (numbers and plain ASCII names only) so the library needs no JSON dependency.
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -64,6 +65,18 @@ std::string csv_field(const std::string& s) {
   return out + "\"";
 }
 
+// "0.011423±0.000021 (=0.011450)": a sampled statistic, its standard error and its theory, marked = where the
+// theory is an exact expectation (a gap of many standard errors is then a defect) and ~ where it is an
+// approximation. Enough decimals (4 to 8) to show two digits of the standard error.
+std::string against_theory(double measured, double standard_error, double theory, bool exact) {
+  int decimals = 4;
+  if (standard_error > 0 && std::isfinite(standard_error)) {
+    decimals = std::clamp(1 - static_cast<int>(std::floor(std::log10(standard_error))), 4, 8);
+  }
+  return fmt::format("{:.{}f}±{:.{}f} ({}{:.{}f})", measured, decimals, standard_error, decimals, exact ? "=" : "~",
+                     theory, decimals);
+}
+
 }  // namespace
 
 std::string format_eval_table(const EvalReport& r) {
@@ -71,17 +84,17 @@ std::string format_eval_table(const EvalReport& r) {
       "kvcompact eval: head_dim {}, {} KV heads, {} query heads, seed {}, {} threads; D_mse over {} unit vectors, "
       "inner products over {} pairs\n\n",
       r.head_dim, r.kv_heads, r.q_heads, r.seed, r.threads, r.mse_vectors, r.ip_pairs);
-  out += "Storage and codec statistics (measured vs theory in parentheses; ip var*d = d·E[(est − ⟨y,x⟩)²];\n"
-         "ref table = the reference's prod-key variance π/2·D_{b−1}, an iid-Gaussian-JL bound: the orthogonal\n"
-         "Hadamard JL gives (π/2 − 1)·D_{b−1}, the theory in parentheses)\n";
+  out += "Storage and codec statistics (measured ± standard error, theory in parentheses: = exact expectation,\n"
+         "~ approximation; ip var*d = d·E[(est − ⟨y,x⟩)²]; ref table = the reference's prod-key variance\n"
+         "π/2·D_{b−1}, an iid-Gaussian-JL bound: the orthogonal Hadamard JL gives (π/2 − 1)·D_{b−1}, the theory)\n";
   std::vector<std::vector<std::string>> rows;
   for (const EvalModeResult& m : r.modes) {
     rows.push_back({m.mode, fmt::format("{:.3f}", m.key_bits), fmt::format("{:.3f}", m.value_bits),
                     fmt::format("{}", m.bytes_per_token_head), fmt::format("{:.2f}x", m.compression),
-                    fmt::format("{:.4f} ({:.4f})", m.key_dmse, m.key_dmse_theory),
-                    fmt::format("{:.4f} ({:.4f})", m.value_dmse, m.value_dmse_theory),
-                    fmt::format("{:.4f} ({:.4f})", m.ip_slope, m.ip_slope_theory),
-                    fmt::format("{:.4f} ({:.4f})", m.ip_var_d, m.ip_var_d_theory),
+                    against_theory(m.key_dmse, m.key_dmse_se, m.key_dmse_theory, m.key_theory_exact),
+                    against_theory(m.value_dmse, m.value_dmse_se, m.value_dmse_theory, m.value_theory_exact),
+                    against_theory(m.ip_slope, m.ip_slope_se, m.ip_slope_theory, m.key_theory_exact),
+                    against_theory(m.ip_var_d, m.ip_var_d_se, m.ip_var_d_theory, m.key_theory_exact),
                     m.ip_var_d_table < 0 ? std::string("-") : fmt::format("{:.4f}", m.ip_var_d_table)});
   }
   const std::uint32_t bf16 = r.modes.empty() ? 4 * r.head_dim : r.modes.front().bf16_bytes_per_token_head;
@@ -132,13 +145,16 @@ std::string format_eval_json(const EvalReport& r) {
                        json_string(m.mode), json_number(m.key_bits), json_number(m.value_bits),
                        m.bytes_per_token_head, m.bf16_bytes_per_token_head, json_number(m.compression),
                        m.window_bytes_per_head);
-    out += fmt::format("\"key_dmse\": {}, \"key_dmse_theory\": {}, \"value_dmse\": {}, \"value_dmse_theory\": {}, "
-                       "\"ip_slope\": {}, \"ip_slope_theory\": {}, \"ip_var_d\": {}, \"ip_var_d_theory\": {}, "
-                       "\"ip_var_d_table\": {}, ",
-                       json_number(m.key_dmse), json_number(m.key_dmse_theory), json_number(m.value_dmse),
-                       json_number(m.value_dmse_theory), json_number(m.ip_slope), json_number(m.ip_slope_theory),
-                       json_number(m.ip_var_d), json_number(m.ip_var_d_theory),
-                       m.ip_var_d_table < 0 ? std::string("null") : json_number(m.ip_var_d_table));
+    out += fmt::format("\"key_dmse\": {}, \"key_dmse_se\": {}, \"key_dmse_theory\": {}, \"value_dmse\": {}, "
+                       "\"value_dmse_se\": {}, \"value_dmse_theory\": {}, \"ip_slope\": {}, \"ip_slope_se\": {}, "
+                       "\"ip_slope_theory\": {}, \"ip_var_d\": {}, \"ip_var_d_se\": {}, \"ip_var_d_theory\": {}, "
+                       "\"ip_var_d_table\": {}, \"key_theory_exact\": {}, \"value_theory_exact\": {}, ",
+                       json_number(m.key_dmse), json_number(m.key_dmse_se), json_number(m.key_dmse_theory),
+                       json_number(m.value_dmse), json_number(m.value_dmse_se), json_number(m.value_dmse_theory),
+                       json_number(m.ip_slope), json_number(m.ip_slope_se), json_number(m.ip_slope_theory),
+                       json_number(m.ip_var_d), json_number(m.ip_var_d_se), json_number(m.ip_var_d_theory),
+                       m.ip_var_d_table < 0 ? std::string("null") : json_number(m.ip_var_d_table),
+                       m.key_theory_exact, m.value_theory_exact);
     out += "\"contexts\": [";
     for (std::size_t k = 0; k < m.contexts.size(); ++k) {
       const EvalContextResult& c = m.contexts[k];
@@ -159,17 +175,22 @@ std::string format_eval_json(const EvalReport& r) {
 std::string format_eval_csv(const EvalReport& r) {
   std::string out =
       "mode,context,key_bits,value_bits,bytes_per_token_head,bf16_bytes_per_token_head,compression,"
-      "key_dmse,key_dmse_theory,value_dmse,value_dmse_theory,ip_slope,ip_slope_theory,ip_var_d,ip_var_d_theory,"
+      "key_dmse,key_dmse_se,key_dmse_theory,value_dmse,value_dmse_se,value_dmse_theory,ip_slope,ip_slope_se,"
+      "ip_slope_theory,ip_var_d,ip_var_d_se,ip_var_d_theory,key_theory_exact,value_theory_exact,"
       "rel_error_mean,rel_error_max,top8_overlap,fast_us,exact_us,speedup,fast_cpu_us,exact_cpu_us,cpu_speedup\n";
   for (const EvalModeResult& m : r.modes) {
+    // The columns after the context that every row of this mode repeats.
+    const std::string mode_columns = fmt::format(
+        "{:.6g},{:.6g},{},{},{:.6g},{:.6g},{:.3g},{:.6g},{:.6g},{:.3g},{:.6g},{:.6g},{:.3g},{:.6g},{:.6g},{:.3g},{:.6g},"
+        "{:d},{:d}",
+        m.key_bits, m.value_bits, m.bytes_per_token_head, m.bf16_bytes_per_token_head, m.compression, m.key_dmse,
+        m.key_dmse_se, m.key_dmse_theory, m.value_dmse, m.value_dmse_se, m.value_dmse_theory, m.ip_slope,
+        m.ip_slope_se, m.ip_slope_theory, m.ip_var_d, m.ip_var_d_se, m.ip_var_d_theory, m.key_theory_exact,
+        m.value_theory_exact);
     for (const EvalContextResult& c : m.contexts) {
-      out += fmt::format("{},{},{:.6g},{:.6g},{},{},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},"
-                         "{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g}\n",
-                         csv_field(m.mode), c.context, m.key_bits, m.value_bits, m.bytes_per_token_head,
-                         m.bf16_bytes_per_token_head, m.compression, m.key_dmse, m.key_dmse_theory, m.value_dmse,
-                         m.value_dmse_theory, m.ip_slope, m.ip_slope_theory, m.ip_var_d, m.ip_var_d_theory,
-                         c.rel_error_mean, c.rel_error_max, c.top8_overlap, c.fast_us, c.exact_us, c.speedup,
-                         c.fast_cpu_us, c.exact_cpu_us, c.cpu_speedup);
+      out += fmt::format("{},{},{},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g}\n", csv_field(m.mode),
+                         c.context, mode_columns, c.rel_error_mean, c.rel_error_max, c.top8_overlap, c.fast_us,
+                         c.exact_us, c.speedup, c.fast_cpu_us, c.exact_cpu_us, c.cpu_speedup);
     }
   }
   return out;

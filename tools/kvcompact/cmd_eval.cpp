@@ -23,6 +23,8 @@ struct EvalCliOptions {
   std::uint32_t q_heads = 8;
   std::uint64_t seed = 0;
   std::uint32_t threads = 0;
+  std::uint32_t mse_vectors = tq::EvalOptions{}.mse_vectors;
+  std::uint32_t ip_pairs = tq::EvalOptions{}.ip_pairs;
   bool quick = false;
   bool json = false;
   bool csv = false;
@@ -56,6 +58,8 @@ int run_eval_command(const EvalCliOptions& cli) {
   options.kv_heads = cli.kv_heads;
   options.q_heads = cli.q_heads;
   options.seed = cli.seed;
+  options.mse_vectors = cli.mse_vectors;
+  options.ip_pairs = cli.ip_pairs;
   options.threads = cli.threads;
   options.quick = cli.quick;
   const auto start = std::chrono::steady_clock::now();
@@ -92,6 +96,12 @@ const CommandRegistration registration{"eval", [](CLI::App& app, int& exit_code)
       ->check(CLI::Validator(  // (an unsigned option would take -1 as 2^64 - 1)
           [](std::string& value) { return value.find('-') != std::string::npos ? "must not be negative" : ""; },
           "", "non-negative"))
+      ->capture_default_str();
+  cmd->add_option("--mse-vectors", options->mse_vectors,
+                  "random unit vectors per mode for D_mse (standard errors shrink as 1/sqrt; quick: at most 1000)")
+      ->capture_default_str();
+  cmd->add_option("--ip-pairs", options->ip_pairs,
+                  "random (query, key) pairs per mode for the inner-product slope and variance (quick: at most 4000)")
       ->capture_default_str();
   cmd->add_option("--threads", options->threads, "worker threads, at most 1024 (0: KVCOMPACT_NUM_THREADS or all cores)")
       ->capture_default_str();

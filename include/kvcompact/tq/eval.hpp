@@ -23,8 +23,8 @@ struct EvalOptions {
   std::uint32_t kv_heads = 2;
   std::uint32_t q_heads = 8;     // GQA group q_heads / kv_heads
   std::uint32_t query_rows = 8;  // fidelity queries per context: the last query_rows positions
-  std::uint32_t ip_pairs = 20000;    // inner-product (query, key) pairs per mode
-  std::uint32_t mse_vectors = 10000;  // random unit vectors per mode for D_mse
+  std::uint32_t ip_pairs = 20000;    // inner-product (query, key) pairs per mode (≥ 2)
+  std::uint32_t mse_vectors = 10000;  // random unit vectors per mode for D_mse (≥ 2)
   std::uint64_t seed = 0;        // data and rotation seed
   std::uint32_t threads = 0;     // attention threads (0 = the pool's size)
   bool quick = false;            // smoke run: contexts 1K / 4K, ≤ 4000 pairs, ≤ 1000 vectors, 5 ms timings
@@ -58,10 +58,14 @@ struct EvalModeResult {
   double compression = 0.0;  // bf16 bytes / packed bytes
   std::uint64_t window_bytes_per_head = 0;  // fixed cost of the exact window per sequence and KV head
 
-  double key_dmse = 0.0, key_dmse_theory = 0.0;      // E‖x − x̂‖² of unit keys (explicit dequantisation)
-  double value_dmse = 0.0, value_dmse_theory = 0.0;  // the same for values
-  double ip_slope = 0.0, ip_slope_theory = 0.0;      // least-squares slope of estimate vs ⟨y, x⟩
-  double ip_var_d = 0.0, ip_var_d_theory = 0.0;      // d · E[(estimate − ⟨y, x⟩)²], unit x and y
+  // Sampled codec statistics, each with its standard error (_se) and its theory (docs/tq-cache.md, "Columns":
+  // exact for plain mse codes, an approximation with norm correction or QJL keys; theory_exact says which).
+  double key_dmse = 0.0, key_dmse_se = 0.0, key_dmse_theory = 0.0;  // E‖x − x̂‖² of unit keys (explicit dequantisation)
+  double value_dmse = 0.0, value_dmse_se = 0.0, value_dmse_theory = 0.0;  // the same for values
+  double ip_slope = 0.0, ip_slope_se = 0.0, ip_slope_theory = 0.0;  // least-squares slope of estimate vs ⟨y, x⟩
+  double ip_var_d = 0.0, ip_var_d_se = 0.0, ip_var_d_theory = 0.0;  // d · E[(estimate − ⟨y, x⟩)²], unit x and y
+  bool key_theory_exact = false;    // the key columns' theories (D_mse, slope, var) are exact expectations
+  bool value_theory_exact = false;  // the value D_mse theory is
   double ip_var_d_table = -1.0;  // prod keys: π/2 · D_{b−1}, the reference table's constant; −1 otherwise
 
   std::vector<EvalContextResult> contexts;

@@ -22,16 +22,16 @@
 #include <vector>
 
 #include "kvcompact/core/checksum.hpp"
+#include "kvcompact/core/sample_mean.hpp"
 #include "kvcompact/tq/codebook.hpp"
 #include "kvcompact/tq/rotation.hpp"
 #include "test_seed.hpp"
-#include "unit/tq/sample_mean.hpp"
 
 namespace kvcompact::tq {
 namespace {
 
 using kvcompact::testing_support::fresh_seed;
-using kvcompact::tq::testing::SampleMean;
+using kvcompact::SampleMean;
 
 const Codebook& book(std::uint32_t d, std::uint32_t b) {
   auto r = lloyd_max_codebook(d, b);

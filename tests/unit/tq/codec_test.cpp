@@ -9,18 +9,18 @@
 #include <string_view>
 #include <vector>
 
+#include "kvcompact/core/sample_mean.hpp"
 #include "kvcompact/tq/codebook.hpp"
 #include "kvcompact/tq/codec.hpp"
 #include "kvcompact/tq/normalise.hpp"
 #include "kvcompact/tq/rotation.hpp"
 #include "test_seed.hpp"
-#include "unit/tq/sample_mean.hpp"
 
 namespace kvcompact::tq {
 namespace {
 
 using kvcompact::testing_support::fresh_seed;
-using kvcompact::tq::testing::SampleMean;
+using kvcompact::SampleMean;
 
 std::vector<float> random_unit(std::mt19937_64& rng, std::uint32_t d) {
   std::normal_distribution<float> normal;
