@@ -128,10 +128,24 @@ TEST(Cli, EvalQuickEmitsJsonAndCsv) {
   ASSERT_EQ(result.exit_code, 0) << result.output;
   auto json = nlohmann::json::parse(result.output, nullptr, false);
   ASSERT_FALSE(json.is_discarded()) << result.output.substr(0, 2000);
+  for (const auto& mode : json["modes"]) {  // every codec statistic comes with its standard error
+    for (const char* key : {"key_dmse_se", "value_dmse_se", "ip_slope_se", "ip_var_d_se"}) {
+      ASSERT_TRUE(mode[key].is_number()) << key;
+      EXPECT_GT(mode[key].get<double>(), 0.0) << key;
+    }
+    EXPECT_TRUE(mode["key_theory_exact"].is_boolean());
+  }
   result = run_cli("eval --quick --csv --modes seed", true);
   ASSERT_EQ(result.exit_code, 0) << result.output;
   EXPECT_NE(result.output.find("k=prod3,v=mse2"), std::string::npos) << result.output;
   EXPECT_NE(run_cli("eval --modes k=prod9,v=mse2").exit_code, 0);
+  // The sample sizes reach the report.
+  result = run_cli("eval --quick --json --modes seed --contexts 64 --mse-vectors 50 --ip-pairs 60", true);
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  json = nlohmann::json::parse(result.output, nullptr, false);
+  ASSERT_FALSE(json.is_discarded()) << result.output.substr(0, 2000);
+  EXPECT_EQ(json["mse_vectors"], 50);
+  EXPECT_EQ(json["ip_pairs"], 60);
 }
 
 // Inputs that used to abort the tool, run the wrong thing or report success: each is now an error with a message.
@@ -146,6 +160,9 @@ TEST(Cli, BadInputsAndFailedWritesAreErrors) {
   result = run_cli("eval --quick -q --modes seed --seed -1");
   EXPECT_EQ(result.exit_code, 2) << result.output;  // (ran with seed 2^64 - 1)
   EXPECT_NE(result.output.find("must not be negative"), std::string::npos) << result.output;
+  result = run_cli("eval --quick -q --modes seed --mse-vectors 1");
+  EXPECT_EQ(result.exit_code, 1) << result.output;  // (no standard error from one sample)
+  EXPECT_NE(result.output.find("mse_vectors ≥ 2"), std::string::npos) << result.output;
   if (std::filesystem::exists("/dev/full")) {
     result = run_cli("plan --model deepseek-v4-flash --context 100 --json", false, "2>&1 >/dev/full");
     EXPECT_EQ(result.exit_code, 1) << result.output;  // (exit 0 with nothing written)
