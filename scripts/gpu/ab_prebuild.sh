@@ -9,7 +9,8 @@
 # (kept between runs, so a later build of a nearby revision is incremental). Each TARGET's executable is copied to
 # .ab/<side>/build-gpu/<its path in the build tree> (.ab/new for the working tree), where the A/B scripts look.
 # Binaries built here run there: the same nvcc (13.0), and the shared libraries they need (fmt, xxHash) are the
-# ones carried in .deps. NEW_REV=<rev>: the "new" side is that revision (a worktree under build/ab-src/new) instead
+# ones carried in .deps. A copy of a TARGET that scripts/gpu/ab_park.sh had parked is removed (it is older).
+# NEW_REV=<rev>: the "new" side is that revision (a worktree under build/ab-src/new) instead
 # of the working tree — e.g. a wip branch while main is checked out; .ab/new_rev records what "new" was built from.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -39,6 +40,8 @@ build_side() {
     rel=${bin#"$src/build/cuda-release/"}
     mkdir -p "$root/.ab/$name/build-gpu/$(dirname "$rel")"
     cp "$bin" "$root/.ab/$name/build-gpu/$rel"
+    # An older copy parked by ab_park.sh would come back over this one when it is next named there.
+    rm -f "$root/build/ab-parked/$name/build-gpu/$rel"
   done
   echo "side $name: built $(IFS=' '; echo "${targets[*]}") in $(( $(date +%s) - t0 )) s"
 }
