@@ -60,10 +60,12 @@ struct EvalModeResult {
 
   // Sampled codec statistics, each with its standard error (_se) and its theory (docs/tq-cache.md, "Columns":
   // exact for plain mse codes, an approximation with norm correction or QJL keys; theory_exact says which).
-  double key_dmse = 0.0, key_dmse_se = 0.0, key_dmse_theory = 0.0;  // E‖x − x̂‖² of unit keys (explicit dequantisation)
-  double value_dmse = 0.0, value_dmse_se = 0.0, value_dmse_theory = 0.0;  // the same for values
-  double ip_slope = 0.0, ip_slope_se = 0.0, ip_slope_theory = 0.0;  // least-squares slope of estimate vs ⟨y, x⟩
-  double ip_var_d = 0.0, ip_var_d_se = 0.0, ip_var_d_theory = 0.0;  // d · E[(estimate − ⟨y, x⟩)²], unit x and y
+  // key_dmse: E‖x − x̂‖² of unit keys (explicit dequantisation); value_dmse: the same for values; ip_slope: the
+  // least-squares slope of the estimate against ⟨y, x⟩; ip_var_d: d · E[(estimate − ⟨y, x⟩)²], unit x and y.
+  double key_dmse = 0.0, key_dmse_se = 0.0, key_dmse_theory = 0.0;
+  double value_dmse = 0.0, value_dmse_se = 0.0, value_dmse_theory = 0.0;
+  double ip_slope = 0.0, ip_slope_se = 0.0, ip_slope_theory = 0.0;
+  double ip_var_d = 0.0, ip_var_d_se = 0.0, ip_var_d_theory = 0.0;
   bool key_theory_exact = false;    // the key columns' theories (D_mse, slope, var) are exact expectations
   bool value_theory_exact = false;  // the value D_mse theory is
   double ip_var_d_table = -1.0;  // prod keys: π/2 · D_{b−1}, the reference table's constant; −1 otherwise

@@ -76,7 +76,8 @@ TEST(TqEval, SmallRunAgreesWithTheory) {
     EXPECT_EQ(m.value_theory_exact, !m.config.norm_correction);
     // Standard errors are positive and as small as these sample sizes make them (a broken, inflated one would
     // loosen every bound below): measured ≈ 0.5 % of D_mse, ≈ 1.5 % of the variance, ≈ 0.003 of the slope.
-    for (double relative_se : {m.key_dmse_se / m.key_dmse, m.value_dmse_se / m.value_dmse, m.ip_var_d_se / m.ip_var_d}) {
+    for (double relative_se :
+         {m.key_dmse_se / m.key_dmse, m.value_dmse_se / m.value_dmse, m.ip_var_d_se / m.ip_var_d}) {
       EXPECT_GT(relative_se, 0.0);
       EXPECT_LT(relative_se, 0.04);
     }
