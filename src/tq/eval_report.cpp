@@ -181,8 +181,9 @@ std::string format_eval_csv(const EvalReport& r) {
   for (const EvalModeResult& m : r.modes) {
     // The columns after the context that every row of this mode repeats.
     const std::string mode_columns = fmt::format(
-        "{:.6g},{:.6g},{},{},{:.6g},"                                       // bits, bytes, compression
-        "{:.6g},{:.3g},{:.6g},{:.6g},{:.3g},{:.6g},{:.6g},{:.3g},{:.6g},{:.6g},{:.3g},{:.6g},"  // value, se, theory
+        // bits, bytes and compression; then each of the four statistics as value, standard error, theory
+        "{:.6g},{:.6g},{},{},{:.6g},"
+        "{:.6g},{:.3g},{:.6g},{:.6g},{:.3g},{:.6g},{:.6g},{:.3g},{:.6g},{:.6g},{:.3g},{:.6g},"
         "{:d},{:d}",
         m.key_bits, m.value_bits, m.bytes_per_token_head, m.bf16_bytes_per_token_head, m.compression, m.key_dmse,
         m.key_dmse_se, m.key_dmse_theory, m.value_dmse, m.value_dmse_se, m.value_dmse_theory, m.ip_slope,
