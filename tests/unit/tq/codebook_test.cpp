@@ -31,7 +31,6 @@ namespace kvcompact::tq {
 namespace {
 
 using kvcompact::testing_support::fresh_seed;
-using kvcompact::SampleMean;
 
 const Codebook& book(std::uint32_t d, std::uint32_t b) {
   auto r = lloyd_max_codebook(d, b);
@@ -329,8 +328,9 @@ TEST(Codebook, CacheReturnsOnePointerPerPairAcrossThreads) {
 // ‖y − c(y)‖²: the mean squared error over random unit vectors has expectation distortion() exactly, with no
 // finite-d or rotation term. What separates them is the sample's noise, plus float rounding (x, y and the f32
 // centroids and boundaries: ~10⁻⁷ relative), so the bound is 5 standard errors of the sample mean (0.2 % of the
-// value at d = 576, 1 bit, to 1.7 % at d = 64, 4 bits; a fixed 2 % before) and 10⁻⁶ relative. (Measured over 5 seeds, 115 checks: the deviations in standard errors
-// had mean −0.13, spread 0.94 and largest 2.6 — the sample's noise, nothing systematic.)
+// value at d = 576, 1 bit, to 1.7 % at d = 64, 4 bits; a fixed 2 % before) and 10⁻⁶ relative. (Measured over 5
+// seeds, 115 checks: the deviations in standard errors had mean −0.13, spread 0.94 and largest 2.6 — the
+// sample's noise, nothing systematic.)
 TEST(Codebook, EmpiricalDistortionMatchesTheExactValue) {
   const std::uint64_t seed = fresh_seed();
   SCOPED_TRACE(::testing::Message() << "seed " << seed);

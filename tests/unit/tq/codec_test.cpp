@@ -20,7 +20,6 @@ namespace kvcompact::tq {
 namespace {
 
 using kvcompact::testing_support::fresh_seed;
-using kvcompact::SampleMean;
 
 std::vector<float> random_unit(std::mt19937_64& rng, std::uint32_t d) {
   std::normal_distribution<float> normal;
