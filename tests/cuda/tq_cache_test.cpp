@@ -115,6 +115,28 @@ TEST(CudaCache, RandomTracesMatchTheCpuCache) {
     }
     // Decode attention of the device cache against the float64 oracle over the CPU cache (same bytes).
     for (std::uint32_t layer : {0u, 2u}) expect_decode_matches_oracle(cpu, gpu, layer, 8, rng);
+    // A key whose norm fits float32 while its norm-corrected norm ‖k‖ / ‖c‖ does not: both caches refuse it
+    // alike (OutOfRange, nothing visible) in the nc mode, and both store it in the others. (Before the NaN check
+    // below, which only the GPU cache sees: a rejected GPU append moves its exact window's start.)
+    if (const std::uint32_t at = gpu.length(0, 0); at < shape.capacity) {
+      std::vector<float> k(std::size_t{heads} * d, 0.0f), v(k.size(), 0.5f);
+      k[3] = 3.3895313892515355e38f;  // bf16's largest finite value; ‖c‖ ≈ 0.94 for a rotated one-hot (4 bits)
+      const Status cs = cpu.append(0, 0, at, 1, DType::F32, k.data(), v.data());
+      auto dk = take(DeviceBuffer::allocate(k.size() * 4));
+      auto dv = take(DeviceBuffer::allocate(v.size() * 4));
+      ASSERT_TRUE(dk.upload(k.data(), k.size() * 4).ok());
+      ASSERT_TRUE(dv.upload(v.data(), v.size() * 4).ok());
+      const Status gs = gpu.append(0, 0, at, 1, DType::F32, dk.data(), dv.data());
+      if (config.norm_correction) {
+        EXPECT_EQ(cs.error().code, ErrorCode::OutOfRange);
+        EXPECT_EQ(gs.error().code, ErrorCode::OutOfRange);
+      } else {
+        EXPECT_TRUE(cs.ok()) << cs.error().to_string();
+        EXPECT_TRUE(gs.ok()) << gs.error().to_string();
+      }
+      EXPECT_EQ(cpu.length(0, 0), gpu.length(0, 0));
+      expect_same_snapshot(take(cpu.snapshot(0, 0)), take(gpu.snapshot(0, 0)), "after the near-float32-max key");
+    }
     // Bad input: NaN is reported and nothing becomes visible.
     const std::uint32_t seq = 0, layer = 0, length = gpu.length(0, 0);
     if (length < shape.capacity) {
