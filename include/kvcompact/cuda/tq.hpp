@@ -46,8 +46,9 @@ class DeviceCodec {
 
 // Appends `rows` tokens at `position` of sequence `seq`: keys / values are device arrays
 // [rows, kv_heads, head_dim] of `dtype` (F32, BF16, F16). Every token is quantised; with an exact window
-// the f32 row also goes to ring slot position mod W. The bytes equal LayerCodec::encode_key / encode_value
-// (up to float64 summation order in the norms, see docs/cuda.md).
+// the f32 row also goes to ring slot position mod W, whatever the status (a caller that must keep the ring of a
+// rejected append writes it after reading the status, as DeviceCache does). The bytes equal
+// LayerCodec::encode_key / encode_value (up to float64 summation order in the norms, see docs/cuda.md).
 struct EncodeRequest {
   std::uint32_t seq = 0;
   std::uint32_t position = 0;
