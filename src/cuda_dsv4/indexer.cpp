@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "cuda/check.hpp"
+#include "cuda/per_device.hpp"
 #include "kernels_params.hpp"
 #include "kvcompact/cuda/dsv4_kernels.hpp"
 #include "multiprocessors.hpp"
@@ -89,8 +90,13 @@ Status indexer_scores(const IndexerScoreArgs& a, void* stream) {
   p.storage = storage;
   p.row_bytes = static_cast<std::uint32_t>(kvcompact::dsv4::indexer_row_bytes(a.storage));
   p.score_stride = a.score_stride;
-  static const detail::ScoreKernelInfo kernel = detail::prepare_indexer_scores();
-  KVC_CUDA_TRY(kernel.error);
+  // The score kernels' attributes and resident blocks, once per device (cuda/per_device.hpp).
+  static kvcompact::cuda::detail::PerDevice<detail::ScoreKernelInfo> prepared;
+  detail::ScoreKernelInfo kernel;
+  KVC_CUDA_TRY(prepared.get(kernel, [](int, detail::ScoreKernelInfo& info) {
+    info = detail::prepare_indexer_scores();
+    return info.error;
+  }));
   // As many blocks as are resident at once, split evenly over the tokens (rounded down); a block loops over its
   // token's tiles (the next tile's bytes load while the current one is scored). Rounding up would leave a few
   // blocks for a second wave that then runs their whole tile loop alone: at batch 8 x 1M context that made the
