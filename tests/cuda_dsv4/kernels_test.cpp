@@ -4,6 +4,7 @@
 // sparse attention within 2e-3 of the float64 oracle (64 / 128 heads, window only, ratio 4 / 128, BF16 and
 // FP8 rows, decode batches with different positions, a prefill chunk reading its own rows). Every test skips
 // without a CUDA device. `[dsv4-kernels]` lines report the measured differences.
+#include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -1096,6 +1097,38 @@ TEST(CudaDsv4Kernels, AttentionPrefillChunk) {
       run_attention_case(c);
     }
   }
+}
+
+// The launchers' kernel attributes, occupancy answers and grid sizes belong to one device each
+// (cuda/per_device.hpp): the indexer (every storage), the top-k (its cluster path for one token) and the attention
+// (the 64-head warpgroup kernel and FP8 rows at ratio 128) on the first device, then on the second — where
+// launchers that kept the first device's answers launched kernels without their shared-memory attribute — and on
+// the first again, each against the CPU oracle. Needs two devices (the nvidia-h100-x2 kind); skips otherwise.
+TEST(CudaDsv4KernelsMultiDevice, EveryLauncherRunsOnEachDevice) {
+  const int devices = device_count();
+  if (devices < 2) GTEST_SKIP() << "needs two CUDA devices (" << devices << " present)";
+  for (const int device : {0, 1, 0}) {
+    ASSERT_EQ(cudaSetDevice(device), cudaSuccess);
+    SCOPED_TRACE("device " + std::to_string(device));
+    IndexerCase indexer;
+    indexer.positions = {3, 42, 300};
+    indexer.k = 16;
+    run_indexer_case_per_storage(indexer, "device-" + std::to_string(device) + "-");
+    run_topk_case("device-" + std::to_string(device), {{1.0f, 3.0f, 2.0f, 2.0f, -1.0f, 0.5f, 4.0f, 0.0f, 1.0f}}, 4);
+    AttnCase attention;
+    attention.name = "device-" + std::to_string(device) + "-64-heads";
+    attention.heads = 64;
+    attention.topk = 8;
+    attention.ratio = 4;
+    attention.positions = {50, 5};
+    run_attention_case(attention);
+    attention.name = "device-" + std::to_string(device) + "-fp8-ratio-128";
+    attention.storage = kd::RowStorage::Fp8;
+    attention.ratio = 128;
+    attention.positions = {300};
+    run_attention_case(attention);
+  }
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
 }
 
 }  // namespace
