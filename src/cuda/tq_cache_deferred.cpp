@@ -86,6 +86,12 @@ Status DeviceCache::append_deferred(std::uint32_t layer, std::span<const AppendR
     // ring slots, which then leave the window).
     (void)cudaStreamSynchronize(s);
     (void)finish_appends();
+    // The encodes that ran ORed their flags into this call's status words, and no commit zeroed them: cleared
+    // here, so that a later append of the same (layer, sequence) does not read them as its own rejection.
+    for (const AppendRequest& r : requests) {
+      if (r.rows > 0) (void)cudaMemsetAsync(status + r.seq, 0, sizeof(std::uint32_t), s);
+    }
+    (void)cudaStreamSynchronize(s);
     if (commits_launched && l.layout.exact_window > 0) {
       for (const AppendRequest& r : requests) {
         if (r.rows > 0) l.window_begins[r.seq] = l.lengths[r.seq];
