@@ -65,6 +65,12 @@ Status indexer_scores(const IndexerScoreArgs& a, void* stream) {
   if (!aligned16(a.query_workspace)) {
     return make_error(ErrorCode::InvalidArgument, "indexer_scores: the query workspace must be 16-byte aligned");
   }
+  if (const std::uint64_t needed = detail::query_layout(a.count).total; a.query_workspace_bytes < needed) {
+    return make_error(ErrorCode::InvalidArgument,
+                      "indexer_scores: query workspace of {} bytes, {} needed for {} tokens "
+                      "(indexer_query_workspace_bytes)",
+                      a.query_workspace_bytes, needed, a.count);
+  }
   if (a.score_stride < a.max_visible) {
     return make_error(ErrorCode::InvalidArgument, "indexer_scores: score_stride {} < max_visible {}", a.score_stride,
                       a.max_visible);

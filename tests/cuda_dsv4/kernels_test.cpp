@@ -305,6 +305,7 @@ void run_indexer_case(const IndexerCase& c) {
   sa.heads = H;
   sa.weights = static_cast<const float*>(d_w.data());
   sa.query_workspace = d_qws.data();
+  sa.query_workspace_bytes = qws_bytes;
   sa.storage = c.storage;
   sa.max_visible = max_visible;
   sa.scores = static_cast<float*>(d_scores.data());
@@ -841,6 +842,16 @@ TEST(CudaDsv4KernelsArgs, InvalidArgumentsAreRejected) {
   many_scores.query_workspace = dummy;
   many_scores.scores = dummy;
   EXPECT_TRUE(error_says(indexer_scores(many_scores, nullptr), ErrorCode::InvalidArgument, "tokens per call"));
+  // A query workspace smaller than its count needs (say, prepared for fewer tokens): refused before any launch.
+  IndexerScoreArgs small_workspace = many_scores;
+  small_workspace.count = 3;
+  small_workspace.query_workspace_bytes = indexer_query_workspace_bytes(3) - 1;
+  EXPECT_TRUE(error_says(indexer_scores(small_workspace, nullptr), ErrorCode::InvalidArgument,
+                         "query workspace of"));
+  ASSERT_LT(indexer_query_workspace_bytes(2), indexer_query_workspace_bytes(3));
+  small_workspace.query_workspace_bytes = indexer_query_workspace_bytes(2);
+  EXPECT_TRUE(error_says(indexer_scores(small_workspace, nullptr), ErrorCode::InvalidArgument,
+                         "query workspace of"));
 }
 
 // The CPU half of the exactness argument (docs/cuda-dsv4-kernels.md), checked on the CPU alone: for model

@@ -63,8 +63,11 @@ struct IndexerScoreArgs {
   std::uint32_t heads = 64;
   const float* weights = nullptr;  // device [count, heads] (already scaled by the model; signs kept)
   // Filled by indexer_prepare_queries for the same tokens, in the same order and with the same count (the
-  // workspace's layout depends on the count; it cannot be checked here).
+  // workspace's layout depends on the count). Its size is checked against indexer_query_workspace_bytes(count),
+  // so a workspace sized for fewer tokens is an error rather than a read past its end; which count prepared it
+  // is not recorded, so a same-sized workspace prepared for other tokens cannot be told apart.
   const void* query_workspace = nullptr;
+  std::uint64_t query_workspace_bytes = 0;
   IndexerStorage storage = IndexerStorage::Bf16;
   std::uint32_t max_visible = 0;  // >= every token's visible row count (sizes the grid)
   float* scores = nullptr;        // device [count, score_stride]; entries >= a token's visible count untouched
