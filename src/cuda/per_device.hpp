@@ -22,15 +22,15 @@ class PerDevice {
   static constexpr int kDevices = 64;
 
   // The value for `device`: computed by compute(device, value) → cudaError_t under a per-device lock the first
-  // time (and again after a failure, which is returned), read without a lock afterwards.
+  // time (and again after a failure, which is returned with `value` untouched), read without a lock afterwards.
   template <typename Compute>
   cudaError_t get(int device, T& value, Compute&& compute) {
-    if (device < 0 || device >= kDevices) return compute(device, value);
+    if (device < 0 || device >= kDevices) return compute_into(device, value, compute);
     Slot& slot = slots_[static_cast<std::size_t>(device)];
     if (!slot.ready.load(std::memory_order_acquire)) {
       std::lock_guard<std::mutex> lock(slot.mutex);
       if (!slot.ready.load(std::memory_order_relaxed)) {
-        const cudaError_t err = compute(device, slot.value);
+        const cudaError_t err = compute_into(device, slot.value, compute);
         if (err != cudaSuccess) return err;
         slot.ready.store(true, std::memory_order_release);
       }
@@ -49,6 +49,16 @@ class PerDevice {
   }
 
  private:
+  // Computes into a scratch value and stores it only on success, so a failed computation leaves nothing half
+  // written behind (in a slot, or in the caller's variable on the slotless path).
+  template <typename Compute>
+  static cudaError_t compute_into(int device, T& value, Compute& compute) {
+    T fresh{};
+    const cudaError_t err = compute(device, fresh);
+    if (err == cudaSuccess) value = fresh;
+    return err;
+  }
+
   struct Slot {
     std::atomic<bool> ready{false};
     std::mutex mutex;

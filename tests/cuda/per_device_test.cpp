@@ -88,6 +88,13 @@ TEST(PerDevice, OrdinalsPastTheSlotsComputeEveryTime) {
     EXPECT_EQ(value, PerDevice<int>::kDevices);
   }
   EXPECT_EQ(calls, 3);
+  // A failure there leaves the caller's value as it was, as in a slot.
+  auto failing = [](int, int& partial) {
+    partial = 99;
+    return cudaErrorInvalidValue;
+  };
+  EXPECT_EQ(cache.get(PerDevice<int>::kDevices, value, failing), cudaErrorInvalidValue);
+  EXPECT_EQ(value, PerDevice<int>::kDevices);
 }
 
 // The current-device form: without a device it returns cudaGetDevice's error and computes nothing; with one,

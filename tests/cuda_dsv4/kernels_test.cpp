@@ -1112,12 +1112,19 @@ TEST(CudaDsv4Kernels, AttentionPrefillChunk) {
 
 // The launchers' kernel attributes, occupancy answers and grid sizes belong to one device each
 // (cuda/per_device.hpp): the indexer (every storage), the top-k (its cluster path for one token) and the attention
-// (the 64-head warpgroup kernel and FP8 rows at ratio 128) on the first device, then on the second — where
-// launchers that kept the first device's answers launched kernels without their shared-memory attribute — and on
-// the first again, each against the CPU oracle. Needs two devices (the nvidia-h100-x2 kind); skips otherwise.
+// (16-head blocks at ratio 4, and a 140-token prefill chunk of FP8 rows at ratio 128, whose 64-head blocks take the
+// warpgroup kernel) on the first device, then on the second and on the first again, each against the CPU oracle.
+// What it can catch: the attention kernels' shared-memory attributes (225 KB for the warpgroup kernel) fail the
+// launch on a device where they were never set. The indexer's (≈ 34 KB) fit the 48 KB default, the top-k sets its
+// attributes at every launch, and on two like devices the occupancy answers and multiprocessor counts are the
+// same, so a process-wide value there would pass; PerDevice's own CPU tests (tests/cuda/per_device_test.cpp)
+// cover the slots. Needs two devices (the nvidia-h100-x2 kind); skips otherwise.
 TEST(CudaDsv4KernelsMultiDevice, EveryLauncherRunsOnEachDevice) {
   const int devices = device_count();
   if (devices < 2) GTEST_SKIP() << "needs two CUDA devices (" << devices << " present)";
+  struct BackToDeviceZero {  // also when an assertion returns early, so later tests run where they expect
+    ~BackToDeviceZero() { (void)cudaSetDevice(0); }
+  } restore;
   for (const int device : {0, 1, 0}) {
     ASSERT_EQ(cudaSetDevice(device), cudaSuccess);
     SCOPED_TRACE("device " + std::to_string(device));
@@ -1127,19 +1134,21 @@ TEST(CudaDsv4KernelsMultiDevice, EveryLauncherRunsOnEachDevice) {
     run_indexer_case_per_storage(indexer, "device-" + std::to_string(device) + "-");
     run_topk_case("device-" + std::to_string(device), {{1.0f, 3.0f, 2.0f, 2.0f, -1.0f, 0.5f, 4.0f, 0.0f, 1.0f}}, 4);
     AttnCase attention;
-    attention.name = "device-" + std::to_string(device) + "-64-heads";
+    attention.name = "device-" + std::to_string(device) + "-ratio-4";
     attention.heads = 64;
     attention.topk = 8;
     attention.ratio = 4;
     attention.positions = {50, 5};
     run_attention_case(attention);
-    attention.name = "device-" + std::to_string(device) + "-fp8-ratio-128";
-    attention.storage = kd::RowStorage::Fp8;
-    attention.ratio = 128;
-    attention.positions = {300};
-    run_attention_case(attention);
+    AttnCase chunk;  // as AttentionDirectOutput: more 16- or 32-head blocks than multiprocessors
+    chunk.name = "device-" + std::to_string(device) + "-fp8-ratio-128-warpgroup";
+    chunk.storage = kd::RowStorage::Fp8;
+    chunk.ratio = 128;
+    chunk.prefill = true;
+    chunk.check_every = 7;
+    for (std::int64_t t = 1000; t < 1140; ++t) chunk.positions.push_back(t);
+    run_attention_case(chunk);
   }
-  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
 }
 
 }  // namespace

@@ -123,6 +123,8 @@ struct AttentionArgs {
 inline constexpr std::uint32_t kMaxAttentionRows = 0x7FFFFFFF;
 // The workspace of a call: the split partials, or 0 when every token's row list is one split of 64-head blocks
 // (a prefill chunk of many tokens: the output is written directly). The workspace may be null when it is 0.
+// The split plan follows the current device's multiprocessor count: size it with the device of the call
+// current (a smaller workspace than that device's plan needs is refused, InvalidArgument).
 std::uint64_t attention_workspace_bytes(std::uint32_t count, std::uint32_t heads, std::uint32_t max_rows);
 Status sparse_attention(const AttentionArgs& args, void* workspace, std::uint64_t workspace_bytes, void* stream);
 

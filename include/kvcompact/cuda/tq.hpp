@@ -30,7 +30,8 @@ inline constexpr std::uint32_t kEncodeBeyondLimit = 4u;    // appending at the d
 inline constexpr std::uint32_t kEncodeStalePosition = 8u;  // a checked position (PositionCheck) was not the device
                                                            // length when the kernel ran (nothing was written)
 
-// One layer's rotation signs and scales (main and QJL streams), codebooks and flags, on the device.
+// One layer's rotation signs and scales (main and QJL streams), codebooks and flags, on the current device
+// (create also sets the encode kernels' attributes there; use the codec on that device).
 class DeviceCodec {
  public:
   static Result<DeviceCodec> create(const LayerCodec& codec);
@@ -108,7 +109,8 @@ struct DecodePlan {
                              // docs/tq-decode-history.md, rounds 10 and 11)
   std::uint64_t workspace_bytes = 0;
 };
-// multiprocessors: of the device that will run it (device_properties().multiprocessors).
+// multiprocessors: of the device that will run it (device_properties().multiprocessors). Call it with that
+// device current: it sets the kernels' shared-memory attributes there, so a plan is for that device only.
 Result<DecodePlan> plan_decode(const LayerLayout& layout, const kvcompact::tq::QuantConfig& config,
                                std::uint32_t q_heads, std::uint32_t max_length, int multiprocessors);
 
