@@ -20,6 +20,7 @@ constexpr std::uint32_t kMaxRingBlocks = 64;
 // The status word's lower half holds the encode's kStatus* bits, the upper half counts the commit's blocks.
 constexpr std::uint32_t kArrival = 1u << 16;
 constexpr std::uint32_t kVerdictBits = kArrival - 1;
+static_assert(kMaxRingBlocks < (1u << 16), "a request's block arrivals must fit the status word's upper half");
 
 struct CommitBatch {
   std::uint32_t count;  // 1 .. kEncodeBatchMax

@@ -137,6 +137,14 @@ Status DeviceCache::append_at_length(std::uint32_t layer, std::span<const Length
       launched = make_error(ErrorCode::Internal, "commit_appends launch: {}", cudaGetErrorString(err));
     }
   }
+  if (!launched.ok()) {
+    // The encodes that ran ORed their flags into these status words and no commit zeroed them: cleared, in stream
+    // order, so that a later append of the same (layer, sequence) does not read them as its own refusal.
+    const auto s = static_cast<cudaStream_t>(stream);
+    for (const LengthAppend& r : requests) {
+      if (r.rows > 0) (void)cudaMemsetAsync(status + r.seq, 0, sizeof(std::uint32_t), s);
+    }
+  }
   if (!launched.ok() && commits_launched) {
     // A commit launch failed: one before it (a launch per 32 requests) may have run and written ring slots, so
     // sync_lengths moves these sequences' window starts to their lengths (which it is the first to know). (A

@@ -288,11 +288,23 @@ TEST(CudaAppendBatch, StoresTheGoodRequestsAndReportsTheFirstBadOne) {
   EXPECT_EQ(gpu.length(0, 4), 10u);
 }
 
+// Element `index` of host rows in `dtype` set to `value` (rounded to the dtype: 3e38 is finite in bf16, inf in f16).
+void store_element(std::vector<std::uint8_t>& bytes, DType dtype, std::size_t index, float value) {
+  if (dtype == DType::F32) {
+    std::memcpy(bytes.data() + 4 * index, &value, 4);
+    return;
+  }
+  const std::uint16_t bits = dtype == DType::BF16 ? f32_to_bf16(value) : f32_to_f16(value);
+  std::memcpy(bytes.data() + 2 * index, &bits, 2);
+}
+
 // The commit kernel writes the exact-window ring rows of the accepted requests only (append_commit.hpp): a wide
 // window (70 slots) that long appends fill and wrap (up to 64 blocks per request), more requests than one commit
 // launch takes (32), three input dtypes, and rejected appends whose good rows would each have overwritten a
 // slot of the full window — after every batch each sequence's bytes (ring and window start included) are the CPU
-// cache's, which refuses the same appends one by one.
+// cache's, which refuses the same appends one by one. A bad row sits anywhere in its request (also before the
+// last 70 rows, which alone reach the ring), in any dtype, and from round 2 one of the second commit launch's
+// requests (33rd to 36th) is always bad.
 TEST(CudaAppendBatch, RingRowsAreWrittenOnlyForAcceptedAppends) {
   if (device_count() == 0) GTEST_SKIP() << "no CUDA device (cudaGetDeviceCount reports none)";
   const std::uint64_t seed = fresh_seed();
@@ -309,6 +321,7 @@ TEST(CudaAppendBatch, RingRowsAreWrittenOnlyForAcceptedAppends) {
     std::vector<std::uint32_t> seqs(shape.sequences);
     std::iota(seqs.begin(), seqs.end(), 0u);
     std::shuffle(seqs.begin(), seqs.end(), rng);
+    const std::size_t second_launch_bad = 32 + rng() % 4;  // request index
     std::vector<Input> inputs;
     std::vector<AppendRequest> requests;
     inputs.reserve(seqs.size());
@@ -317,22 +330,25 @@ TEST(CudaAppendBatch, RingRowsAreWrittenOnlyForAcceptedAppends) {
     for (std::uint32_t s : seqs) {
       const std::uint32_t length = cpu.length(0, s), room = shape.capacity - length;
       // Rounds 0 and 2: long appends; 1 and 3: a decode step's single rows.
-      const std::uint32_t rows = std::min(room, round % 2 == 0 ? long_rows[rng() % 8] : 1u);
-      // From round 2 on, one request in five is bad in its last row: a NaN key, or a value norm beyond float32.
-      const int bad = round >= 2 && rows > 0 && rng() % 5 == 0 ? 1 + static_cast<int>(rng() % 2) : 0;
-      const DType dtype = bad ? DType::F32 : dtypes[rng() % 3];
+      // (The second launch's bad request gets a row at least: room is never 0 here, capacity 420 > 2 · 201 + 2.)
+      const bool second_launch = round >= 2 && requests.size() == second_launch_bad;
+      const std::uint32_t rows =
+          std::min(room, std::max(second_launch ? 1u : 0u, round % 2 == 0 ? long_rows[rng() % 8] : 1u));
+      // From round 2 on, one request in five is bad in one row: a NaN key, or a value norm beyond float32.
+      const bool chosen = second_launch || rng() % 5 == 0;
+      const int bad = round >= 2 && rows > 0 && chosen ? 1 + static_cast<int>(rng() % 2) : 0;
+      const DType dtype = dtypes[rng() % 3];
       Input in = make_input(rng, rows, heads, d, dtype);
       if (bad != 0) {
-        const std::size_t last_row = (std::size_t{rows} - 1) * heads * d;
-        const float nan = std::numeric_limits<float>::quiet_NaN(), big = 3.0e38f;
-        if (bad == 1) std::memcpy(in.keys.data() + 4 * (last_row + d + 3), &nan, 4);
+        const std::size_t row = (rng() % rows) * std::size_t{heads} * d;
+        if (bad == 1) store_element(in.keys, dtype, row + d + 3, std::numeric_limits<float>::quiet_NaN());
         for (std::size_t i = 0; bad == 2 && i < std::size_t{heads} * d; ++i) {
-          std::memcpy(in.values.data() + 4 * (last_row + i), &big, 4);
+          store_element(in.values, dtype, row + i, 3.0e38f);
         }
         ASSERT_TRUE(in.device_keys.upload(in.keys.data(), in.keys.size()).ok());
         ASSERT_TRUE(in.device_values.upload(in.values.data(), in.values.size()).ok());
       }
-      const Status c = cpu.append(0, s, length, rows, dtype, in.keys.data(), in.values.data());
+    const Status c = cpu.append(0, s, length, rows, dtype, in.keys.data(), in.values.data());
       ASSERT_EQ(c.ok(), bad == 0) << "seq " << s;
       if (!c.ok()) {
         ++rejected;

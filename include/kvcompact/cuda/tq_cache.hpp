@@ -1,6 +1,7 @@
 // DeviceCache: a GPU-resident TurboQuant KV cache with the CPU TurboQuantCache's semantics (contiguous
 // appends, capacity, exact window ring, truncate / reset, per-layer snapshots with the same bytes), fused
-// decode attention and chunked-prefill attention (kvcompact/cuda/tq_prefill.hpp). Host-side bookkeeping; data moves only through the kernels of kvcompact/cuda/tq.hpp.
+// decode attention and chunked-prefill attention (kvcompact/cuda/tq_prefill.hpp). Host-side bookkeeping; data
+// moves only through the kernels of kvcompact/cuda/tq.hpp.
 // No CUDA header is included; device pointers are plain pointers, streams are void*.
 #pragma once
 
@@ -105,7 +106,8 @@ class DeviceCache {
   // and attends at the right place on every replay. The host checks what it can (layer, sequences once each,
   // rows ≤ max_length ≤ capacity, dtype, pointers; typed errors as append's, nothing launched on failure); the
   // device refuses an append whose rows would end beyond `max_length` (nothing stored) and, like append,
-  // one with NaN / inf input or a norm beyond float32 (nothing stored). From the first call on, the lengths live on the device: length() reports those of the last
+  // one with NaN / inf input or a norm beyond float32 (nothing stored). From the first call on, the lengths live
+  // on the device: length() reports those of the last
   // sync, and append, append_batch, append_deferred, truncate*, reset, snapshot, restore and attention return
   // InvalidArgument until sync_lengths; decode and prefill need a plan whose max_length is at least every
   // max_length passed for their layer since then. sync_lengths waits for `stream` (the stream the steps ran
