@@ -4,7 +4,11 @@
 // computed on whichever device made the first call: a process that used a second device sized that device's
 // grids from the first one's answers, launched kernels whose shared-memory attribute was never set there, and
 // kept a first call's error for good. Here each device ordinal has its own slot; a failed computation is not
-// remembered (the next call tries again). Thread-safe; the fast path is one acquire load.
+// remembered (the next call tries again). Thread-safe; the fast path is one acquire load. A slot belongs to the
+// device's primary context, which the CUDA runtime keeps for the whole process: after cudaDeviceReset (or on a
+// non-primary context made current through the driver API) the attributes set there are gone while the slot
+// stays, so the kernels would launch without them — reset devices only with no kvcompact object alive and in a
+// process that will not launch kvcompact kernels afterwards.
 #pragma once
 
 #include <cuda_runtime.h>
