@@ -160,20 +160,19 @@ __global__ void __launch_bounds__(kEncodeWarps * 32) encode_kernel(EncodeParams 
     }
     for (unsigned b = 0; b < cbits; ++b) codes[g * cbits + b] = static_cast<std::uint8_t>(word >> (8 * b));
   }
-  code_norm_sq = warp_sum(code_norm_sq);
-  float stored = 0.0f;
-  if (lane == 0) {
-    stored = __double2float_rn(norm);
-    if (t.norm_correction) stored = __double2float_rn(__ddiv_rn(norm, __dsqrt_rn(code_norm_sq)));
-  }
-  // ‖c‖ < 1 for most code vectors, so RN32(‖x‖ / ‖c‖) can be inf although ‖x‖ fits float32: the CPU codec refuses
-  // such a row (OutOfRange); zeroed and flagged as a norm beyond float32. (Norm correction never comes with QJL
-  // keys, so there are no signs or ρ to zero.)
-  if (__shfl_sync(0xffffffffu, isinf(stored) ? 1 : 0, 0) != 0) {
-    __syncwarp();  // every lane's code bytes are written before they are zeroed
-    for (unsigned i = lane; i < code_bytes; i += 32) codes[i] = 0;
-    stored = 0.0f;
-    if (lane == 0 && p.status != nullptr) atomicOr(p.status, kStatusNormOverflow);
+  code_norm_sq = warp_sum(code_norm_sq);  // the same on every lane
+  float stored = __double2float_rn(norm);
+  if (t.norm_correction) {
+    stored = __double2float_rn(__ddiv_rn(norm, __dsqrt_rn(code_norm_sq)));
+    // ‖c‖ < 1 for most code vectors, so RN32(‖x‖ / ‖c‖) can be inf although ‖x‖ fits float32: the CPU codec
+    // refuses such a row (OutOfRange); zeroed and flagged as a norm beyond float32. (Norm correction never
+    // comes with QJL keys, so there are no signs or ρ to zero.)
+    if (isinf(stored)) {
+      __syncwarp();  // every lane's code bytes are written before they are zeroed
+      for (unsigned i = lane; i < code_bytes; i += 32) codes[i] = 0;
+      stored = 0.0f;
+      if (lane == 0 && p.status != nullptr) atomicOr(p.status, kStatusNormOverflow);
+    }
   }
   if (lane == 0) *norm_out = stored;
   if (!qjl) return;
@@ -451,7 +450,7 @@ struct TailArgs {
   std::uint32_t code_word_base;  // FastTables::cells: the kind's shared address of c2[kind], or 0
   std::uint8_t* stage_codes;
   std::uint8_t* stage_signs;
-  std::uint32_t* status;  // the request's status word, or null (set for NC families only)
+  std::uint32_t* status;  // the request's status word, or null
   std::uint64_t slot0;
   double norm;
   float scale;
@@ -540,14 +539,12 @@ __device__ __forceinline__ void fast_tail(float (&y)[32], const TailArgs& a) {
 #pragma unroll
     for (unsigned u = 1; u < F::G; u <<= 1) code_sq = __dadd_rn(code_sq, __shfl_xor_sync(0xffffffffu, code_sq, u));
   }
-  const auto norm_out = [&] {
-    return reinterpret_cast<float*>(p.layer + (a.kind ? p.value_norms_offset : p.key_norms_offset)) + a.slot0 + a.rr;
-  };
+  float stored = a.good ? __double2float_rn(a.norm) : 0.0f;
   if constexpr (NC) {
-    float stored = a.good ? __double2float_rn(__ddiv_rn(a.norm, __dsqrt_rn(code_sq))) : 0.0f;
+    if (a.good) stored = __double2float_rn(__ddiv_rn(a.norm, __dsqrt_rn(code_sq)));
     // ‖c‖ < 1 for most code vectors, so RN32(‖x‖ / ‖c‖) can be inf although ‖x‖ fits float32. The CPU codec
     // refuses such a row (OutOfRange): its record is zeroed and flagged as a norm beyond float32. Every lane of
-    // the row holds the same code_sq (a butterfly), so each computes the verdict and zeroes its own staged groups.
+    // the row holds the same code_sq, so each zeroes its own staged groups.
     if (isinf(stored)) {
       stored = 0.0f;
 #pragma unroll
@@ -557,9 +554,9 @@ __device__ __forceinline__ void fast_tail(float (&y)[32], const TailArgs& a) {
       }
       if (a.valid && a.t == 0 && a.status != nullptr) atomicOr(a.status, kStatusNormOverflow);
     }
-    if (a.valid && a.t == 0) *norm_out() = stored;
-  } else {
-    if (a.valid && a.t == 0) *norm_out() = a.good ? __double2float_rn(a.norm) : 0.0f;
+  }
+  if (a.valid && a.t == 0) {
+    reinterpret_cast<float*>(p.layer + (a.kind ? p.value_norms_offset : p.key_norms_offset))[a.slot0 + a.rr] = stored;
   }
   __syncwarp();
   copy_out(p.layer + (a.kind ? p.value_codes_offset : p.key_codes_offset) + a.slot0 * rec, a.stage_codes,
@@ -873,7 +870,7 @@ __global__ void __launch_bounds__(kEncodeFastWarps * 32, 2)
     a.code_word_base = kind ? value_word_base : key_word_base;
     a.stage_codes = stage_codes[warp];
     a.stage_signs = stage_signs[warp];
-    if constexpr (NC) a.status = req.status;  // (read by the norm-corrected tails only: no live range elsewhere)
+    a.status = req.status;
     a.slot0 = slot0;
     a.norm = norm;
     a.scale = scale;
