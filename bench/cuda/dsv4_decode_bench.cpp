@@ -131,6 +131,7 @@ struct Step {
     sa.heads = index_heads;
     sa.weights = static_cast<const float*>(w.data());
     sa.query_workspace = qws.data();
+    sa.query_workspace_bytes = qws_bytes;
     sa.storage = st.index;
     sa.max_visible = max_visible;
     sa.scores = static_cast<float*>(scores.data());

@@ -28,12 +28,17 @@ struct DeviceCache::Layer {
   const std::uint32_t* device_lengths() const { return device_positions; }
   std::uint32_t* device_window_begins() { return device_lengths() + lengths.size(); }
   const std::uint32_t* device_window_begins() const { return device_lengths() + lengths.size(); }
-  // The commit kernel's targets in this layer (append_commit.hpp): the device lengths and, with an exact window,
-  // the window starts; the caller adds where the verdicts go.
+  // The commit kernel's targets in this layer (append_commit.hpp): the device lengths and the exact-window ring
+  // it writes the accepted rows to; the caller adds where the verdicts go.
   detail::CommitTargets commit_targets() {
     detail::CommitTargets t;
     t.lengths = device_lengths();
-    t.window_begins = layout.exact_window > 0 ? device_window_begins() : nullptr;
+    t.ring.layer = static_cast<std::uint8_t*>(data.data());
+    t.ring.keys_offset = layout.window_keys_offset;
+    t.ring.values_offset = layout.window_values_offset;
+    t.ring.window = layout.exact_window;
+    t.ring.kv_heads = layout.kv_heads;
+    t.ring.head_dim = layout.head_dim;
     return t;
   }
 };

@@ -12,6 +12,7 @@
 #include "append_commit.hpp"
 #include "check.hpp"
 #include "device_cache_layer.hpp"
+#include "encode_records.hpp"
 #include "kvcompact/tq/append_check.hpp"
 #include "kvcompact/tq/attention.hpp"
 #include "kvcompact/tq/codec.hpp"
@@ -175,17 +176,19 @@ Status DeviceCache::append_batch(std::uint32_t layer, std::span<const AppendRequ
   KVC_CUDA_TRY(cudaMemsetAsync(status, 0, 4ull * n, s));
   // One encode_append_batch: the fast kernel's requests share launches (one per input dtype and 32 requests).
   std::vector<EncodeRequest> encodes(n);
-  std::vector<detail::EncodeSegment> commits(n);
+  std::vector<detail::CommitRequest> commits(n);
   for (std::size_t i = 0; i < n; ++i) {
     const AppendRequest& r = requests[i];
     encodes[i] = EncodeRequest{r.seq, r.position, r.rows, r.dtype, r.keys, r.values, status + i};
-    commits[i] = detail::EncodeSegment{r.keys, r.values, status + i, r.seq, r.position, r.rows, 0};
+    commits[i] = detail::commit_request(encodes[i]);
   }
-  Status launched = encode_append_batch(l.layout, *l.codec, l.data.data(), encodes, stream);
-  if (launched.ok()) {
-    // The device commits each request after its encode, in stream order, as append_deferred's do: the device
-    // lengths and window starts are final once the wait below returns, with no upload of them left in flight
-    // (a copy queued here could land after a later call's on another stream).
+  // The records go past the visible lengths; the ring rows wait for the commit kernel's verdicts.
+  Status launched = detail::encode_records_batch(l.layout, *l.codec, l.data.data(), encodes, nullptr, nullptr, stream);
+  const bool commits_launched = launched.ok();
+  if (commits_launched) {
+    // The device commits each request after its encode, in stream order, as append_deferred's do: the ring rows,
+    // device lengths and window starts are final once the wait below returns, with no upload of them left in
+    // flight (a copy queued here could land after a later call's on another stream).
     detail::CommitTargets targets = l.commit_targets();
     targets.verdict_offset = static_cast<std::uint32_t>(n);
     targets.slots = static_cast<std::uint32_t>(n);
@@ -196,10 +199,11 @@ Status DeviceCache::append_batch(std::uint32_t layer, std::span<const AppendRequ
     }
   }
   if (!launched.ok()) {
-    // A launch failed (the checks above passed, so this is a CUDA error): nothing of the batch is committed, and
-    // as the launches before it may have run, every ring slot they could have written leaves the window.
+    // A launch failed (the checks above passed, so this is a CUDA error): nothing of the batch is committed on the
+    // host. An encode writes no ring slot, but when a commit launch failed, one before it (a launch per 32
+    // requests) may have run and written ring slots: then every ring slot of the batch leaves the window.
     (void)cudaStreamSynchronize(s);  // (the launches that ran, and a commit, before the host's positions go up)
-    if (l.layout.exact_window > 0) {
+    if (commits_launched && l.layout.exact_window > 0) {
       for (const AppendRequest& r : requests) {
         if (r.rows > 0) l.window_begins[r.seq] = l.lengths[r.seq];
       }
@@ -219,10 +223,7 @@ Status DeviceCache::append_batch(std::uint32_t layer, std::span<const AppendRequ
       l.lengths[r.seq] = r.position + r.rows;
       continue;
     }
-    // Nothing becomes visible (the length stays), but the kernel may have written exact-window ring slots that
-    // held rows still inside the window: from now on those positions use their quantised records (the commit
-    // kernel moved the device's window start the same way).
-    if (l.layout.exact_window > 0) l.window_begins[r.seq] = l.lengths[r.seq];
+    // Nothing changes: the length stays, and the commit kernel wrote no ring row (as the CPU cache).
     if (first_error.ok()) first_error = rejected_append(layer, r.seq, r.position, flags[i]);
   }
   return first_error;

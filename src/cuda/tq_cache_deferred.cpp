@@ -10,6 +10,7 @@
 #include "append_commit.hpp"
 #include "check.hpp"
 #include "device_cache_layer.hpp"
+#include "encode_records.hpp"
 #include "encode_params.hpp"
 #include "kvcompact/cuda/tq_cache.hpp"
 
@@ -55,19 +56,21 @@ Status DeviceCache::append_deferred(std::uint32_t layer, std::span<const AppendR
   Layer& l = *layers_[layer];
   auto* status = static_cast<std::uint32_t*>(step_status_.data()) + std::size_t{layer} * sequences_;
   std::vector<EncodeRequest> encodes;
-  std::vector<detail::EncodeSegment> commits;
+  std::vector<detail::CommitRequest> commits;
   for (const AppendRequest& r : requests) {
     if (r.rows == 0) continue;
     encodes.push_back(EncodeRequest{r.seq, r.position, r.rows, r.dtype, r.keys, r.values, status + r.seq});
-    commits.push_back({r.keys, r.values, status + r.seq, r.seq, r.position, r.rows, 0});
+    commits.push_back(detail::commit_request(encodes.back()));
   }
   const auto s = static_cast<cudaStream_t>(stream);
   // Each position is checked on the device against its length there: replays of a captured append_at_length
   // since the last sync_lengths move the device lengths without the host knowing, and this call has no wait in
   // which to read the commit counter (check_host_lengths). A stale request writes nothing (kEncodeStalePosition).
+  // The ring rows wait for the commit kernel's verdicts (encode_records.hpp).
   const PositionCheck check{l.device_lengths()};
-  Status launched = encode_append_batch(l.layout, *l.codec, l.data.data(), encodes, check, stream);
-  if (launched.ok()) {
+  Status launched = detail::encode_records_batch(l.layout, *l.codec, l.data.data(), encodes, nullptr, &check, stream);
+  const bool commits_launched = launched.ok();
+  if (commits_launched) {
     detail::CommitTargets targets = l.commit_targets();
     targets.verdict_offset = static_cast<std::uint32_t>(slots);
     targets.slots = static_cast<std::uint32_t>(slots);
@@ -79,10 +82,17 @@ Status DeviceCache::append_deferred(std::uint32_t layer, std::span<const AppendR
   }
   if (!launched.ok()) {
     // A CUDA error: settle what earlier calls of the step left pending, then treat this call's requests as
-    // rejected appends (nothing committed; the encodes that ran may have written ring slots).
+    // rejected appends (nothing committed; after a failed commit launch, one before it may have run and written
+    // ring slots, which then leave the window).
     (void)cudaStreamSynchronize(s);
     (void)finish_appends();
-    if (l.layout.exact_window > 0) {
+    // The encodes that ran ORed their flags into this call's status words, and no commit zeroed them: cleared
+    // here, so that a later append of the same (layer, sequence) does not read them as its own rejection.
+    for (const AppendRequest& r : requests) {
+      if (r.rows > 0) (void)cudaMemsetAsync(status + r.seq, 0, sizeof(std::uint32_t), s);
+    }
+    (void)cudaStreamSynchronize(s);
+    if (commits_launched && l.layout.exact_window > 0) {
       for (const AppendRequest& r : requests) {
         if (r.rows > 0) l.window_begins[r.seq] = l.lengths[r.seq];
       }
@@ -117,12 +127,10 @@ Status DeviceCache::finish_appends() {
   for (const PendingAppend& p : pending_) {
     const std::uint32_t flags = verdicts[std::size_t{p.layer} * sequences_ + p.seq];
     if (flags == 0) continue;
-    // The device kept the old length and, where the encode may have written ring slots, moved the window start to
-    // it (append_commit.hpp): the same here. (A stale position wrote nothing; the host's lengths are then behind
-    // the device's, and the next call that reads them refuses until sync_lengths.)
-    Layer& l = *layers_[p.layer];
-    l.lengths[p.seq] = p.old_length;
-    if (l.layout.exact_window > 0 && (flags & kEncodeStalePosition) == 0) l.window_begins[p.seq] = p.old_length;
+    // The device kept the old length and wrote no ring row (append_commit.hpp): the host takes the old length
+    // back. (A stale position wrote nothing; the host's lengths are then behind the device's, and the next call
+    // that reads them refuses until sync_lengths.)
+    layers_[p.layer]->lengths[p.seq] = p.old_length;
     if (first_error.ok()) first_error = rejected_append(p.layer, p.seq, p.position, flags);
   }
   for (const PendingAppend& p : pending_) pending_slots_[std::size_t{p.layer} * sequences_ + p.seq] = false;

@@ -13,6 +13,7 @@
 #include "append_commit.hpp"
 #include "check.hpp"
 #include "device_cache_layer.hpp"
+#include "encode_records.hpp"
 #include "encode_params.hpp"
 #include "kvcompact/cuda/tq_cache.hpp"
 #include "kvcompact/tq/append_check.hpp"
@@ -110,19 +111,21 @@ Status DeviceCache::append_at_length(std::uint32_t layer, std::span<const Length
   Layer& l = *layers_[layer];
   auto* status = static_cast<std::uint32_t*>(step_status_.data()) + std::size_t{layer} * sequences_;
   std::vector<EncodeRequest> encodes;
-  std::vector<detail::EncodeSegment> commits;
+  std::vector<detail::CommitRequest> commits;
   for (const LengthAppend& r : requests) {
     if (r.rows == 0) continue;
     // (position: not read; the kernels append at the device length)
     encodes.push_back(EncodeRequest{r.seq, 0, r.rows, r.dtype, r.keys, r.values, status + r.seq});
-    commits.push_back({r.keys, r.values, status + r.seq, r.seq, 0, r.rows, 0});
+    commits.push_back(detail::commit_request(encodes.back()));
   }
   lengths_on_device_ = true;
   at_length_used_ = true;
   length_limits_[layer] = std::max(length_limits_[layer], max_length);
+  // The ring rows wait for the commit kernel's verdicts (encode_records.hpp).
   const DeviceLengths at{l.device_lengths(), max_length};
-  Status launched = encode_append_batch(l.layout, *l.codec, l.data.data(), encodes, at, stream);
-  if (launched.ok()) {
+  Status launched = detail::encode_records_batch(l.layout, *l.codec, l.data.data(), encodes, &at, nullptr, stream);
+  const bool commits_launched = launched.ok();
+  if (commits_launched) {
     detail::CommitTargets targets = l.commit_targets();
     targets.slots = static_cast<std::uint32_t>(layers_.size() * std::size_t{sequences_});
     targets.sticky = true;
@@ -135,8 +138,17 @@ Status DeviceCache::append_at_length(std::uint32_t layer, std::span<const Length
     }
   }
   if (!launched.ok()) {
-    // Nothing of this call is committed; the encodes that ran may have written ring slots, so sync_lengths moves
-    // these sequences' window starts to their lengths (which it is the first to know).
+    // The encodes that ran ORed their flags into these status words and no commit zeroed them: cleared, in stream
+    // order, so that a later append of the same (layer, sequence) does not read them as its own refusal.
+    const auto s = static_cast<cudaStream_t>(stream);
+    for (const LengthAppend& r : requests) {
+      if (r.rows > 0) (void)cudaMemsetAsync(status + r.seq, 0, sizeof(std::uint32_t), s);
+    }
+  }
+  if (!launched.ok() && commits_launched) {
+    // A commit launch failed: one before it (a launch per 32 requests) may have run and written ring slots, so
+    // sync_lengths moves these sequences' window starts to their lengths (which it is the first to know). (A
+    // failed encode launch commits nothing and writes no ring slot.)
     for (const LengthAppend& r : requests) {
       if (r.rows > 0) failed_at_length_.emplace_back(layer, r.seq);
     }

@@ -15,6 +15,7 @@
 #include "kvcompact/tq/codebook.hpp"
 #include "kvcompact/tq/rotation.hpp"
 #include "encode_params.hpp"
+#include "encode_records.hpp"
 #include "encode_setup.hpp"
 #include "lut_scale.hpp"
 
@@ -176,10 +177,11 @@ Status encode_append(const LayerLayout& layout, const DeviceCodec& codec, void* 
 namespace {
 
 // encode_append_batch, at the host positions (at = null; checked against the device lengths when `check` is
-// set) or at the device lengths.
+// set) or at the device lengths; without the exact-window ring writes when `ring_rows` is false
+// (encode_records_batch).
 Status append_batch(const LayerLayout& layout, const DeviceCodec& codec, void* layer_data,
                     std::span<const EncodeRequest> requests, const DeviceLengths* at, const PositionCheck* check,
-                    void* stream) {
+                    bool ring_rows, void* stream) {
   KVC_TRY(check_codec(layout, codec));
   if (check != nullptr && check->lengths == nullptr) {
     return make_error(ErrorCode::InvalidArgument, "encode_append_batch with a position check needs the lengths");
@@ -212,6 +214,7 @@ Status append_batch(const LayerLayout& layout, const DeviceCodec& codec, void* l
     const EncodeRequest& r = requests[i];
     if (r.rows == 0) continue;
     EncodeParams p = detail::make_encode_params(layout, codec, layer_data, r, dtypes[i]);
+    if (!ring_rows) p.window = 0;  // (the kernels write ring slots only for a window)
     if (at != nullptr) {
       p.device_lengths = at->lengths;
       p.length_limit = at->limit;
@@ -236,18 +239,27 @@ Status append_batch(const LayerLayout& layout, const DeviceCodec& codec, void* l
 
 Status encode_append_batch(const LayerLayout& layout, const DeviceCodec& codec, void* layer_data,
                            std::span<const EncodeRequest> requests, void* stream) {
-  return append_batch(layout, codec, layer_data, requests, nullptr, nullptr, stream);
+  return append_batch(layout, codec, layer_data, requests, nullptr, nullptr, true, stream);
 }
 
 Status encode_append_batch(const LayerLayout& layout, const DeviceCodec& codec, void* layer_data,
                            std::span<const EncodeRequest> requests, const DeviceLengths& at_device_lengths,
                            void* stream) {
-  return append_batch(layout, codec, layer_data, requests, &at_device_lengths, nullptr, stream);
+  return append_batch(layout, codec, layer_data, requests, &at_device_lengths, nullptr, true, stream);
 }
 
 Status encode_append_batch(const LayerLayout& layout, const DeviceCodec& codec, void* layer_data,
                            std::span<const EncodeRequest> requests, const PositionCheck& check, void* stream) {
-  return append_batch(layout, codec, layer_data, requests, nullptr, &check, stream);
+  return append_batch(layout, codec, layer_data, requests, nullptr, &check, true, stream);
+}
+
+Status detail::encode_records_batch(const LayerLayout& layout, const DeviceCodec& codec, void* layer_data,
+                                    std::span<const EncodeRequest> requests, const DeviceLengths* at,
+                                    const PositionCheck* check, void* stream) {
+  if (at != nullptr && check != nullptr) {
+    return make_error(ErrorCode::InvalidArgument, "encode_records_batch: device lengths or a position check, not both");
+  }
+  return append_batch(layout, codec, layer_data, requests, at, check, false, stream);
 }
 
 }  // namespace kvcompact::cuda::tq

@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "encode_params.hpp"
+#include "input_widen.cuh"
 #include "pdl.cuh"
 #include "kvcompact/tq/normalise.hpp"
 
@@ -25,19 +26,6 @@ namespace ktq = kvcompact::tq;
 namespace {
 
 constexpr float kFloatMax = 3.40282346638528859812e38f;
-
-__device__ inline float load_input(const void* base, std::uint64_t index, std::uint32_t dtype) {
-  if (dtype == 0) return static_cast<const float*>(base)[index];
-  const std::uint16_t bits = static_cast<const std::uint16_t*>(base)[index];
-  if (dtype == 1) {
-    // NaN keeps its payload, as the CPU's f16_to_f32 does (the window ring stores the widened row).
-    if ((bits & 0x7c00u) == 0x7c00u && (bits & 0x3ffu) != 0) {
-      return __uint_as_float(((bits & 0x8000u) << 16) | 0x7fc00000u | ((bits & 0x3ffu) << 13));
-    }
-    return __half2float(__ushort_as_half(bits));
-  }
-  return __uint_as_float(static_cast<std::uint32_t>(bits) << 16);
-}
 
 __device__ inline double warp_sum(double v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

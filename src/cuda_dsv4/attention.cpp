@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "cuda/check.hpp"
+#include "cuda/per_device.hpp"
 #include "kernels_params.hpp"
 #include "kvcompact/cuda/dsv4_kernels.hpp"
 #include "multiprocessors.hpp"
@@ -179,8 +180,13 @@ Status sparse_attention(const AttentionArgs& a, void* workspace, std::uint64_t w
   p.direct_output = plan.direct_output ? 1u : 0u;
   p.inverse_rope = a.inverse_rope ? 1u : 0u;
   p.scale_log2 = static_cast<float>(1.4426950408889634 / std::sqrt(512.0));
-  static const cudaError_t prepared = detail::prepare_attention();
-  KVC_CUDA_TRY(prepared);
+  // The kernels' shared-memory attributes, set once per device (they belong to that device's context).
+  static kvcompact::cuda::detail::PerDevice<bool> prepared;
+  bool done = false;
+  KVC_CUDA_TRY(prepared.get(done, [](int, bool& set) {
+    set = true;
+    return detail::prepare_attention();
+  }));
   KVC_CUDA_TRY(detail::launch_attention(p, static_cast<cudaStream_t>(stream)));
   return ok_status();
 }

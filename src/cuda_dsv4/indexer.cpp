@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "cuda/check.hpp"
+#include "cuda/per_device.hpp"
 #include "kernels_params.hpp"
 #include "kvcompact/cuda/dsv4_kernels.hpp"
 #include "multiprocessors.hpp"
@@ -64,6 +65,12 @@ Status indexer_scores(const IndexerScoreArgs& a, void* stream) {
   if (!aligned16(a.query_workspace)) {
     return make_error(ErrorCode::InvalidArgument, "indexer_scores: the query workspace must be 16-byte aligned");
   }
+  if (const std::uint64_t needed = detail::query_layout(a.count).total; a.query_workspace_bytes < needed) {
+    return make_error(ErrorCode::InvalidArgument,
+                      "indexer_scores: query workspace of {} bytes, {} needed for {} tokens "
+                      "(indexer_query_workspace_bytes)",
+                      a.query_workspace_bytes, needed, a.count);
+  }
   if (a.score_stride < a.max_visible) {
     return make_error(ErrorCode::InvalidArgument, "indexer_scores: score_stride {} < max_visible {}", a.score_stride,
                       a.max_visible);
@@ -89,8 +96,13 @@ Status indexer_scores(const IndexerScoreArgs& a, void* stream) {
   p.storage = storage;
   p.row_bytes = static_cast<std::uint32_t>(kvcompact::dsv4::indexer_row_bytes(a.storage));
   p.score_stride = a.score_stride;
-  static const detail::ScoreKernelInfo kernel = detail::prepare_indexer_scores();
-  KVC_CUDA_TRY(kernel.error);
+  // The score kernels' attributes and resident blocks, once per device (cuda/per_device.hpp).
+  static kvcompact::cuda::detail::PerDevice<detail::ScoreKernelInfo> prepared;
+  detail::ScoreKernelInfo kernel;
+  KVC_CUDA_TRY(prepared.get(kernel, [](int, detail::ScoreKernelInfo& info) {
+    info = detail::prepare_indexer_scores();
+    return info.error;
+  }));
   // As many blocks as are resident at once, split evenly over the tokens (rounded down); a block loops over its
   // token's tiles (the next tile's bytes load while the current one is scored). Rounding up would leave a few
   // blocks for a second wave that then runs their whole tile loop alone: at batch 8 x 1M context that made the

@@ -147,7 +147,8 @@ struct WgmmaSelftestArgs {
   const std::uint16_t* k;
   const std::uint16_t* p;
   float* s;  // [64][64]
-  float* o;  // [64][128]
+  float* o;     // [64][128]
+  float* o128;  // [64][128]: O again, as one m64n128k16 per k-step (B's two 64-column blocks in one descriptor)
   std::uint32_t kmajor_leading, kmajor_stride;    // Q, K and P descriptors
   std::uint32_t mnmajor_leading, mnmajor_stride;  // V descriptors
   std::uint32_t p_in_registers;                   // 1: P as register fragments (wgmma A from registers)

@@ -29,6 +29,7 @@
 #include <type_traits>
 #include <cub/block/block_scan.cuh>
 
+#include "cuda/per_device.hpp"
 #include "kernels_params.hpp"
 #include "pdl.cuh"
 
@@ -363,27 +364,27 @@ cudaError_t set_kernel_attributes() {
   return e;
 }
 
-// Clusters of this size that can run at once (0 when the device cannot place one).
+// Clusters of this size that can run at once on the current device (0 when it cannot place one, or when the
+// query failed: then the next call asks again). Asked once per device (cuda/per_device.hpp).
 template <unsigned Cluster>
 int max_active_clusters() {
-  static const int active = [] {
-    if (set_kernel_attributes<Cluster>() != cudaSuccess) {
-      (void)cudaGetLastError();
-      return 0;
-    }
+  static kvcompact::cuda::detail::PerDevice<int> active;
+  int n = 0;
+  const cudaError_t err = active.get(n, [](int, int& clusters) {
+    const cudaError_t e = set_kernel_attributes<Cluster>();
+    if (e != cudaSuccess) return e;
     TopkParams probe{};
     probe.count = 1;
     cudaLaunchAttribute attr[2]{};
     cudaLaunchConfig_t config = cluster_config<Cluster>(probe, nullptr, attr);
     config.numAttrs = 1;  // (the cluster shape only)
-    int n = 0;
-    if (cudaOccupancyMaxActiveClusters(&n, topk_kernel<Cluster>, &config) != cudaSuccess) {
-      (void)cudaGetLastError();
-      return 0;
-    }
-    return n;
-  }();
-  return active;
+    return cudaOccupancyMaxActiveClusters(&clusters, topk_kernel<Cluster>, &config);
+  });
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return n;
 }
 
 template <unsigned Cluster>

@@ -1,7 +1,8 @@
 // Device self-test of the wgmma helpers (wgmma.cuh): one warpgroup computes S = Q K^T (64 x 64, K = 128: both
 // operands K-major) and O = P V (64 x 128, K = 64: P K-major in shared memory or in registers, V = the key tile
 // viewed MN-major, transposed) from SW128 tiles, for given descriptor byte offsets, so a test can check the
-// layout and descriptor conventions against a CPU product before a kernel relies on them.
+// layout and descriptor conventions against a CPU product before a kernel relies on them. O is computed twice:
+// as two m64n64k16 per k-step (one per 64 columns) and as one m64n128k16 (the DeepSeek-V4 attention's P V).
 // Run by tests/cuda_dsv4/wgmma_test.cpp.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -33,6 +34,39 @@ __device__ __forceinline__ void store_accumulator(float* dst, unsigned ld, unsig
   }
 }
 
+// This thread's register A fragment of P (64 x 64, row-major fp16 in global memory) for k-step s: its warp's 16
+// rows, as wgmma.cuh's *_rs forms take it (rows l / 4 and + 8, columns 2 (l % 4), + 1 and + 8, + 9).
+__device__ __forceinline__ void p_fragment(const std::uint16_t* p, unsigned s, std::uint32_t (&af)[4]) {
+  const unsigned warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const std::uint16_t* p0 = p + (16 * warp + lane / 4) * kRows + 16 * s + 2 * (lane % 4);
+  const std::uint16_t* p1 = p0 + 8 * kRows;
+  af[0] = *reinterpret_cast<const std::uint32_t*>(p0);
+  af[1] = *reinterpret_cast<const std::uint32_t*>(p1);
+  af[2] = *reinterpret_cast<const std::uint32_t*>(p0 + 8);
+  af[3] = *reinterpret_cast<const std::uint32_t*>(p1 + 8);
+}
+
+// acc = P V over the four k-steps (rows 16 s .. 16 s + 15 of V, 16 rows x 128 bytes apart from v), P from registers
+// (from_registers, an *_rs form) or from shared memory at ps (from_shared, an *_ss form), as a.p_in_registers says.
+template <typename Acc, typename FromRegisters, typename FromShared>
+__device__ __forceinline__ void p_times_v(Acc& acc, const WgmmaSelftestArgs& a, const std::uint8_t* ps,
+                                          const std::uint8_t* v, FromRegisters from_registers, FromShared from_shared) {
+  wgmma_fence();
+#pragma unroll
+  for (unsigned s = 0; s < kRows / 16; ++s) {
+    const GmmaDesc vb = sw128_descriptor(v + s * 16 * 128, a.mnmajor_leading, a.mnmajor_stride);
+    if (a.p_in_registers) {
+      std::uint32_t af[4];
+      p_fragment(a.p, s, af);
+      from_registers(acc, af, vb, s > 0);
+    } else {
+      from_shared(acc, sw128_descriptor(ps + s * 32, a.kmajor_leading, a.kmajor_stride), vb, s > 0);
+    }
+  }
+  wgmma_commit();
+  wgmma_wait<0>();
+}
+
 __global__ void __launch_bounds__(128) wgmma_selftest_kernel(WgmmaSelftestArgs a) {
   extern __shared__ std::uint8_t smem_raw[];
   // SW128 tiles start 1024-byte aligned.
@@ -40,7 +74,7 @@ __global__ void __launch_bounds__(128) wgmma_selftest_kernel(WgmmaSelftestArgs a
   std::uint8_t* qs = smem;
   std::uint8_t* ks = qs + kQBytes;
   std::uint8_t* ps = ks + kKBytes;
-  const unsigned tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, tig = lane % 4;
+  const unsigned tid = threadIdx.x;
   for (unsigned i = tid; i < kRows * kCols; i += 128) {
     const unsigned r = i / kCols, c = i % kCols;
     *reinterpret_cast<std::uint16_t*>(qs + sw128_offset(r, c, kRows)) = a.q[i];
@@ -74,27 +108,28 @@ __global__ void __launch_bounds__(128) wgmma_selftest_kernel(WgmmaSelftestArgs a
     float o[32];
 #pragma unroll
     for (int i = 0; i < 32; ++i) o[i] = 0.0f;
-    wgmma_fence();
-#pragma unroll
-    for (unsigned s = 0; s < kRows / 16; ++s) {
-      const GmmaDesc vb = sw128_descriptor(ks + nb * kRows * 128 + s * 16 * 128, a.mnmajor_leading, a.mnmajor_stride);
-      if (a.p_in_registers) {
-        const std::uint16_t* p0 = a.p + (16 * warp + g) * kRows + 16 * s + 2 * tig;
-        const std::uint16_t* p1 = p0 + 8 * kRows;
-        std::uint32_t af[4];
-        af[0] = *reinterpret_cast<const std::uint32_t*>(p0);
-        af[1] = *reinterpret_cast<const std::uint32_t*>(p1);
-        af[2] = *reinterpret_cast<const std::uint32_t*>(p0 + 8);
-        af[3] = *reinterpret_cast<const std::uint32_t*>(p1 + 8);
-        wgmma_m64n64k16_rs<1>(o, af, vb, s > 0);
-      } else {
-        wgmma_m64n64k16_ss<1>(o, sw128_descriptor(ps + s * 32, a.kmajor_leading, a.kmajor_stride), vb, s > 0);
-      }
-    }
-    wgmma_commit();
-    wgmma_wait<0>();
+    p_times_v(
+        o, a, ps, ks + nb * kRows * 128,
+        [](float(&d)[32], const std::uint32_t(&af)[4], GmmaDesc b, bool acc) {
+          wgmma_m64n64k16_rs<1>(d, af, b, acc);
+        },
+        [](float(&d)[32], GmmaDesc p, GmmaDesc b, bool acc) { wgmma_m64n64k16_ss<1>(d, p, b, acc); });
     store_accumulator(a.o, kCols, nb * 64, o);
   }
+
+  // O = P V again, all 128 columns per instruction: B's two 64-column blocks are the MN-major descriptor's leading
+  // byte offset apart.
+  float o2[2][32];
+#pragma unroll
+  for (int i = 0; i < 32; ++i) o2[0][i] = o2[1][i] = 0.0f;
+  p_times_v(
+      o2, a, ps, ks,
+      [](float(&d)[2][32], const std::uint32_t(&af)[4], GmmaDesc b, bool acc) {
+        wgmma_m64n128k16_rs<1>(d, af, b, acc);
+      },
+      [](float(&d)[2][32], GmmaDesc p, GmmaDesc b, bool acc) { wgmma_m64n128k16_ss<1>(d, p, b, acc); });
+  store_accumulator(a.o128, kCols, 0, o2[0]);
+  store_accumulator(a.o128, kCols, 64, o2[1]);
 }
 
 }  // namespace

@@ -276,15 +276,18 @@ TEST(CudaAppendAtLength, RefusalsAreKeptUntilSync) {
       ASSERT_TRUE(gpu.append(layer, s, 0, 10, DType::F32, in.device_keys.data(), in.device_values.data()).ok());
     }
   }
-  // Step A: layer 0 sequence 2 has a value norm beyond float32, layer 1 sequence 1 a NaN key, and layer 1
-  // sequence 3 appends 3 rows under a max_length of 12 (10 + 3 > 12); the rest is good.
+  // Step A: layer 0 sequence 2 has a value norm beyond float32, layer 1 sequence 1 a NaN key (2 rows each, so
+  // that step B's row at the same length covers only the first of the ring slots a wrong commit would write),
+  // and layer 1 sequence 3 appends 3 rows under a max_length of 12 (10 + 3 > 12); the rest is good.
   std::vector<AppendInput> inputs;
   inputs.reserve(16);
   for (std::uint32_t layer : {0u, 1u}) {
     std::vector<LengthAppend> requests;
     for (std::uint32_t s = 0; s < shape.sequences; ++s) {
       const bool long_one = layer == 1 && s == 3;
-      AppendInput in = make_append_input(rng, long_one ? 3 : 1, heads, d, DType::F32);
+      const bool bad_input = (layer == 0 && s == 2) || (layer == 1 && s == 1);
+      const std::uint32_t rows = long_one ? 3 : bad_input ? 2 : 1;
+      AppendInput in = make_append_input(rng, rows, heads, d, DType::F32);
       if (layer == 0 && s == 2) {
         const float big = 3.0e38f;
         for (std::size_t i = 0; i < in.values.size() / 4; ++i) std::memcpy(in.values.data() + 4 * i, &big, 4);
@@ -295,11 +298,11 @@ TEST(CudaAppendAtLength, RefusalsAreKeptUntilSync) {
       }
       ASSERT_TRUE(in.device_keys.upload(in.keys.data(), in.keys.size()).ok());
       ASSERT_TRUE(in.device_values.upload(in.values.data(), in.values.size()).ok());
-      const bool refused = (layer == 0 && s == 2) || (layer == 1 && s == 1) || long_one;
+      const bool refused = bad_input || long_one;
       if (!refused) {
         ASSERT_TRUE(cpu.append(layer, s, 10, 1, DType::F32, in.keys.data(), in.values.data()).ok());
       }
-      requests.push_back({s, long_one ? 3u : 1u, DType::F32, in.device_keys.data(), in.device_values.data()});
+      requests.push_back({s, rows, DType::F32, in.device_keys.data(), in.device_values.data()});
       inputs.push_back(std::move(in));
     }
     ASSERT_TRUE(gpu.append_at_length(layer, requests, layer == 1 ? 12 : shape.capacity).ok());
@@ -323,16 +326,12 @@ TEST(CudaAppendAtLength, RefusalsAreKeptUntilSync) {
   for (std::uint32_t layer : {0u, 1u}) {
     for (std::uint32_t s = 0; s < shape.sequences; ++s) {
       const std::string where = "layer " + std::to_string(layer) + " seq " + std::to_string(s);
-      const bool input_refused = (layer == 0 && s == 2) || (layer == 1 && s == 1);
-      const bool refused = input_refused || (layer == 1 && s == 3);
+      const bool refused = (layer == 0 && s == 2) || (layer == 1 && s == 1) || (layer == 1 && s == 3);
       const auto a = take(cpu.snapshot(layer, s));
       const auto b = take(gpu.snapshot(layer, s));
       ASSERT_EQ(b.length, refused ? 11u : 12u) << where;  // 10 rows, then steps A and B
-      if (input_refused) {
-        EXPECT_EQ(b.window_begin, 10u) << where << ": the ring slots may be overwritten, the window starts there";
-      } else {
-        expect_same_snapshot(a, b, where);  // the refusal at the limit stored nothing, the window included
-      }
+      // Every refusal stored nothing, the exact window included (its full ring is the CPU's, byte for byte).
+      expect_same_snapshot(a, b, where);
     }
   }
   // The refusals were reported once: the next sync has none.

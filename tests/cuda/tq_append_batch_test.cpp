@@ -275,20 +275,103 @@ TEST(CudaAppendBatch, StoresTheGoodRequestsAndReportsTheFirstBadOne) {
   for (std::uint32_t s = 0; s < shape.sequences; ++s) {
     EXPECT_EQ(gpu.length(0, s), (s == 0 || s == 3) ? 13u : 10u) << "seq " << s;
   }
-  // The stored sequences carry the CPU's bytes; the rejected ones their old length (their exact-window ring
-  // slots may have been overwritten, so the window no longer covers them: window_begin = length).
-  for (std::uint32_t s : {0u, 2u, 3u}) {
-    const auto a = take(cpu.snapshot(0, s));
-    const auto b = take(gpu.snapshot(0, s));
-    EXPECT_EQ(a.length, b.length);
-    EXPECT_TRUE(a.key_codes == b.key_codes && a.value_codes == b.value_codes && a.window_keys == b.window_keys)
-        << "seq " << s;
+  // Every sequence carries the CPU's bytes: the stored ones their new rows, the rejected ones their old length
+  // and their full exact window, which the rejected rows did not touch.
+  for (std::uint32_t s = 0; s < shape.sequences; ++s) {
+    expect_same_snapshot(take(cpu.snapshot(0, s)), take(gpu.snapshot(0, s)), "seq " + std::to_string(s));
   }
-  for (std::uint32_t s : {1u, 4u}) EXPECT_EQ(take(gpu.snapshot(0, s)).window_begin, 10u) << "seq " << s;
+  // The device's window starts agree: decode over the full windows matches the oracle over the CPU cache.
+  expect_decode_matches_oracle(cpu, gpu, 0, 4, rng);
   // The same bad request alone gives the error append gives.
   const Status one = gpu.append(0, 4, 10, 3, DType::F32, requests[2].keys, requests[2].values);
   EXPECT_EQ(one.error().code, ErrorCode::OutOfRange);
   EXPECT_EQ(gpu.length(0, 4), 10u);
+}
+
+// Element `index` of host rows in `dtype` set to `value` (rounded to the dtype: 3e38 is finite in bf16, inf in f16).
+void store_element(std::vector<std::uint8_t>& bytes, DType dtype, std::size_t index, float value) {
+  if (dtype == DType::F32) {
+    std::memcpy(bytes.data() + 4 * index, &value, 4);
+    return;
+  }
+  const std::uint16_t bits = dtype == DType::BF16 ? f32_to_bf16(value) : f32_to_f16(value);
+  std::memcpy(bytes.data() + 2 * index, &bits, 2);
+}
+
+// The commit kernel writes the exact-window ring rows of the accepted requests only (append_commit.hpp): a wide
+// window (70 slots) that long appends fill and wrap (up to 64 blocks per request), more requests than one commit
+// launch takes (32), three input dtypes, and rejected appends whose good rows would each have overwritten a
+// slot of the full window — after every batch each sequence's bytes (ring and window start included) are the CPU
+// cache's, which refuses the same appends one by one. A bad row sits anywhere in its request (also before the
+// last 70 rows, which alone reach the ring), in any dtype, and from round 2 one of the second commit launch's
+// requests (33rd to 36th) is always bad.
+TEST(CudaAppendBatch, RingRowsAreWrittenOnlyForAcceptedAppends) {
+  if (device_count() == 0) GTEST_SKIP() << "no CUDA device (cudaGetDeviceCount reports none)";
+  const std::uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  const QuantConfig config = *QuantConfig::parse("k=prod3,v=mse3,w=70", seed);
+  const CacheShape shape{.head_dim = 64, .kv_heads = {2}, .sequences = 36, .capacity = 420};
+  auto cpu = take(TurboQuantCache::create(shape, config));
+  auto gpu = take(DeviceCache::create(shape, config));
+  const std::uint32_t heads = 2, d = 64;
+  const DType dtypes[] = {DType::F32, DType::BF16, DType::F16};
+  const std::uint32_t long_rows[] = {0, 1, 37, 69, 70, 71, 140, 201};
+  for (int round = 0; round < 4; ++round) {
+    std::vector<std::uint32_t> seqs(shape.sequences);
+    std::iota(seqs.begin(), seqs.end(), 0u);
+    std::shuffle(seqs.begin(), seqs.end(), rng);
+    const std::size_t second_launch_bad = 32 + rng() % 4;  // request index
+    std::vector<Input> inputs;
+    std::vector<AppendRequest> requests;
+    inputs.reserve(seqs.size());
+    Status first_cpu_error = ok_status();
+    std::uint32_t rejected = 0, first_rejected_seq = 0;
+    for (std::uint32_t s : seqs) {
+      const std::uint32_t length = cpu.length(0, s), room = shape.capacity - length;
+      // Rounds 0 and 2: long appends; 1 and 3: a decode step's single rows.
+      // (The second launch's bad request gets a row at least: room is never 0 here, capacity 420 > 2 · 201 + 2.)
+      const bool second_launch = round >= 2 && requests.size() == second_launch_bad;
+      const std::uint32_t rows =
+          std::min(room, std::max(second_launch ? 1u : 0u, round % 2 == 0 ? long_rows[rng() % 8] : 1u));
+      // From round 2 on, one request in five is bad in one row: a NaN key, or a value norm beyond float32.
+      const bool chosen = second_launch || rng() % 5 == 0;
+      const int bad = round >= 2 && rows > 0 && chosen ? 1 + static_cast<int>(rng() % 2) : 0;
+      const DType dtype = dtypes[rng() % 3];
+      Input in = make_input(rng, rows, heads, d, dtype);
+      if (bad != 0) {
+        const std::size_t row = (rng() % rows) * std::size_t{heads} * d;
+        if (bad == 1) store_element(in.keys, dtype, row + d + 3, std::numeric_limits<float>::quiet_NaN());
+        for (std::size_t i = 0; bad == 2 && i < std::size_t{heads} * d; ++i) {
+          store_element(in.values, dtype, row + i, 3.0e38f);
+        }
+        ASSERT_TRUE(in.device_keys.upload(in.keys.data(), in.keys.size()).ok());
+        ASSERT_TRUE(in.device_values.upload(in.values.data(), in.values.size()).ok());
+      }
+    const Status c = cpu.append(0, s, length, rows, dtype, in.keys.data(), in.values.data());
+      ASSERT_EQ(c.ok(), bad == 0) << "seq " << s;
+      if (!c.ok()) {
+        ++rejected;
+        if (first_cpu_error.ok()) {
+          first_cpu_error = c;
+          first_rejected_seq = s;
+        }
+      }
+      requests.push_back({s, length, rows, dtype, in.device_keys.data(), in.device_values.data()});
+      inputs.push_back(std::move(in));
+    }
+    const Status st = gpu.append_batch(0, requests);
+    const std::string where = "round " + std::to_string(round) + " (" + std::to_string(rejected) + " rejected)";
+    ASSERT_EQ(st.ok(), first_cpu_error.ok()) << where;
+    if (!st.ok()) {
+      // The first rejected request in request order, with the CPU's error code (the messages are worded apart).
+      EXPECT_EQ(st.error().code, first_cpu_error.error().code) << where;
+      EXPECT_NE(st.error().message.find("sequence " + std::to_string(first_rejected_seq) + " "), std::string::npos)
+          << where << ": " << st.error().message;
+    }
+    expect_same_layer(cpu, gpu, 0, shape.sequences, where);
+  }
+  expect_decode_matches_oracle(cpu, gpu, 0, 4, rng);
 }
 
 TEST(CudaAppendBatch, HostChecksRunBeforeAnythingIsStored) {

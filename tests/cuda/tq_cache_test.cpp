@@ -115,18 +115,49 @@ TEST(CudaCache, RandomTracesMatchTheCpuCache) {
     }
     // Decode attention of the device cache against the float64 oracle over the CPU cache (same bytes).
     for (std::uint32_t layer : {0u, 2u}) expect_decode_matches_oracle(cpu, gpu, layer, 8, rng);
-    // Bad input: NaN is reported and nothing becomes visible.
-    const std::uint32_t seq = 0, layer = 0, length = gpu.length(0, 0);
-    if (length < shape.capacity) {
-      std::vector<float> k(std::size_t{heads} * d, 1.0f), v(k.size(), 1.0f);
-      k[7] = std::numeric_limits<float>::quiet_NaN();
+    // A key whose norm fits float32 while its norm-corrected norm ‖k‖ / ‖c‖ does not: both caches refuse it
+    // alike (OutOfRange, nothing visible) in the nc mode, and both store it in the others.
+    if (const std::uint32_t at = gpu.length(0, 0); at < shape.capacity) {
+      std::vector<float> k(std::size_t{heads} * d, 0.0f), v(k.size(), 0.5f);
+      k[3] = 3.3895313892515355e38f;  // bf16's largest finite value; ‖c‖ ≈ 0.94 for a rotated one-hot (4 bits)
+      const Status cs = cpu.append(0, 0, at, 1, DType::F32, k.data(), v.data());
       auto dk = take(DeviceBuffer::allocate(k.size() * 4));
       auto dv = take(DeviceBuffer::allocate(v.size() * 4));
       ASSERT_TRUE(dk.upload(k.data(), k.size() * 4).ok());
       ASSERT_TRUE(dv.upload(v.data(), v.size() * 4).ok());
-      const Status s = gpu.append(layer, seq, length, 1, DType::F32, dk.data(), dv.data());
+      const Status gs = gpu.append(0, 0, at, 1, DType::F32, dk.data(), dv.data());
+      if (config.norm_correction) {
+        EXPECT_EQ(cs.error().code, ErrorCode::OutOfRange);
+        EXPECT_EQ(gs.error().code, ErrorCode::OutOfRange);
+      } else {
+        EXPECT_TRUE(cs.ok()) << cs.error().to_string();
+        EXPECT_TRUE(gs.ok()) << gs.error().to_string();
+      }
+      EXPECT_EQ(cpu.length(0, 0), gpu.length(0, 0));
+      expect_same_snapshot(take(cpu.snapshot(0, 0)), take(gpu.snapshot(0, 0)), "after the near-float32-max key");
+      // Where stored, the key leaves both caches again: a query coordinate beyond ±1.004 takes its score past
+      // float32's range (the device gave one head 0 where the float64 oracle had the row's value: seed
+      // 3351842076794997815, k=prod4,v=mse4,w=40), and the decode below checks the NaN row, not that range.
+      ASSERT_TRUE(cpu.truncate_layer(0, 0, at).ok());
+      ASSERT_TRUE(gpu.truncate_layer(0, 0, at).ok());
+    }
+    // Bad input: NaN, in the last of three rows, is reported by both caches and changes nothing — the exact
+    // window included: its ring slots keep the rows before (the first two rows are good, so a ring write before
+    // the verdict would show here).
+    const std::uint32_t seq = 0, layer = 0, length = gpu.length(0, 0);
+    if (length + 3 <= shape.capacity) {
+      std::vector<float> k(3 * std::size_t{heads} * d, 1.0f), v(k.size(), 1.0f);
+      k[k.size() - 7] = std::numeric_limits<float>::quiet_NaN();
+      auto dk = take(DeviceBuffer::allocate(k.size() * 4));
+      auto dv = take(DeviceBuffer::allocate(v.size() * 4));
+      ASSERT_TRUE(dk.upload(k.data(), k.size() * 4).ok());
+      ASSERT_TRUE(dv.upload(v.data(), v.size() * 4).ok());
+      EXPECT_EQ(cpu.append(layer, seq, length, 3, DType::F32, k.data(), v.data()).error().code, ErrorCode::NonFinite);
+      const Status s = gpu.append(layer, seq, length, 3, DType::F32, dk.data(), dv.data());
       EXPECT_EQ(s.error().code, ErrorCode::NonFinite);
       EXPECT_EQ(gpu.length(layer, seq), length);
+      expect_same_snapshot(take(cpu.snapshot(layer, seq)), take(gpu.snapshot(layer, seq)), "after the NaN row");
+      expect_decode_matches_oracle(cpu, gpu, layer, 8, rng);
     }
     EXPECT_EQ(gpu.append(0, 0, gpu.length(0, 0) + 1, 1, DType::F32, nullptr, nullptr).error().code,
               ErrorCode::OutOfRange);

@@ -4,6 +4,7 @@
 // sparse attention within 2e-3 of the float64 oracle (64 / 128 heads, window only, ratio 4 / 128, BF16 and
 // FP8 rows, decode batches with different positions, a prefill chunk reading its own rows). Every test skips
 // without a CUDA device. `[dsv4-kernels]` lines report the measured differences.
+#include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -304,6 +305,7 @@ void run_indexer_case(const IndexerCase& c) {
   sa.heads = H;
   sa.weights = static_cast<const float*>(d_w.data());
   sa.query_workspace = d_qws.data();
+  sa.query_workspace_bytes = qws_bytes;
   sa.storage = c.storage;
   sa.max_visible = max_visible;
   sa.scores = static_cast<float*>(d_scores.data());
@@ -840,6 +842,16 @@ TEST(CudaDsv4KernelsArgs, InvalidArgumentsAreRejected) {
   many_scores.query_workspace = dummy;
   many_scores.scores = dummy;
   EXPECT_TRUE(error_says(indexer_scores(many_scores, nullptr), ErrorCode::InvalidArgument, "tokens per call"));
+  // A query workspace smaller than its count needs (say, prepared for fewer tokens): refused before any launch.
+  IndexerScoreArgs small_workspace = many_scores;
+  small_workspace.count = 3;
+  small_workspace.query_workspace_bytes = indexer_query_workspace_bytes(3) - 1;
+  EXPECT_TRUE(error_says(indexer_scores(small_workspace, nullptr), ErrorCode::InvalidArgument,
+                         "query workspace of"));
+  ASSERT_LT(indexer_query_workspace_bytes(2), indexer_query_workspace_bytes(3));
+  small_workspace.query_workspace_bytes = indexer_query_workspace_bytes(2);
+  EXPECT_TRUE(error_says(indexer_scores(small_workspace, nullptr), ErrorCode::InvalidArgument,
+                         "query workspace of"));
 }
 
 // The CPU half of the exactness argument (docs/cuda-dsv4-kernels.md), checked on the CPU alone: for model
@@ -1095,6 +1107,47 @@ TEST(CudaDsv4Kernels, AttentionPrefillChunk) {
       for (std::int64_t t = 1000; t < 1300; ++t) c.positions.push_back(t);  // a chunk longer than the window
       run_attention_case(c);
     }
+  }
+}
+
+// The launchers' kernel attributes, occupancy answers and grid sizes belong to one device each
+// (cuda/per_device.hpp): the indexer (every storage), the top-k (its cluster path for one token) and the attention
+// (16-head blocks at ratio 4, and a 140-token prefill chunk of FP8 rows at ratio 128, whose 64-head blocks take the
+// warpgroup kernel) on the first device, then on the second and on the first again, each against the CPU oracle.
+// What it can catch: the attention kernels' shared-memory attributes (225 KB for the warpgroup kernel) fail the
+// launch on a device where they were never set. The indexer's (≈ 34 KB) fit the 48 KB default, the top-k sets its
+// attributes at every launch, and on two like devices the occupancy answers and multiprocessor counts are the
+// same, so a process-wide value there would pass; PerDevice's own CPU tests (tests/cuda/per_device_test.cpp)
+// cover the slots. Needs two devices (the nvidia-h100-x2 kind); skips otherwise.
+TEST(CudaDsv4KernelsMultiDevice, EveryLauncherRunsOnEachDevice) {
+  const int devices = device_count();
+  if (devices < 2) GTEST_SKIP() << "needs two CUDA devices (" << devices << " present)";
+  struct BackToDeviceZero {  // also when an assertion returns early, so later tests run where they expect
+    ~BackToDeviceZero() { (void)cudaSetDevice(0); }
+  } restore;
+  for (const int device : {0, 1, 0}) {
+    ASSERT_EQ(cudaSetDevice(device), cudaSuccess);
+    SCOPED_TRACE("device " + std::to_string(device));
+    IndexerCase indexer;
+    indexer.positions = {3, 42, 300};
+    indexer.k = 16;
+    run_indexer_case_per_storage(indexer, "device-" + std::to_string(device) + "-");
+    run_topk_case("device-" + std::to_string(device), {{1.0f, 3.0f, 2.0f, 2.0f, -1.0f, 0.5f, 4.0f, 0.0f, 1.0f}}, 4);
+    AttnCase attention;
+    attention.name = "device-" + std::to_string(device) + "-ratio-4";
+    attention.heads = 64;
+    attention.topk = 8;
+    attention.ratio = 4;
+    attention.positions = {50, 5};
+    run_attention_case(attention);
+    AttnCase chunk;  // as AttentionDirectOutput: more 16- or 32-head blocks than multiprocessors
+    chunk.name = "device-" + std::to_string(device) + "-fp8-ratio-128-warpgroup";
+    chunk.storage = kd::RowStorage::Fp8;
+    chunk.ratio = 128;
+    chunk.prefill = true;
+    chunk.check_every = 7;
+    for (std::int64_t t = 1000; t < 1140; ++t) chunk.positions.push_back(t);
+    run_attention_case(chunk);
   }
 }
 

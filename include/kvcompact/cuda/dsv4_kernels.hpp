@@ -63,8 +63,11 @@ struct IndexerScoreArgs {
   std::uint32_t heads = 64;
   const float* weights = nullptr;  // device [count, heads] (already scaled by the model; signs kept)
   // Filled by indexer_prepare_queries for the same tokens, in the same order and with the same count (the
-  // workspace's layout depends on the count; it cannot be checked here).
+  // workspace's layout depends on the count). Its size is checked against indexer_query_workspace_bytes(count),
+  // so a workspace sized for fewer tokens is an error rather than a read past its end; which count prepared it
+  // is not recorded, so a same-sized workspace prepared for other tokens cannot be told apart.
   const void* query_workspace = nullptr;
+  std::uint64_t query_workspace_bytes = 0;
   IndexerStorage storage = IndexerStorage::Bf16;
   std::uint32_t max_visible = 0;  // >= every token's visible row count (sizes the grid)
   float* scores = nullptr;        // device [count, score_stride]; entries >= a token's visible count untouched
@@ -120,6 +123,8 @@ struct AttentionArgs {
 inline constexpr std::uint32_t kMaxAttentionRows = 0x7FFFFFFF;
 // The workspace of a call: the split partials, or 0 when every token's row list is one split of 64-head blocks
 // (a prefill chunk of many tokens: the output is written directly). The workspace may be null when it is 0.
+// The split plan follows the current device's multiprocessor count: size it with the device of the call
+// current (a smaller workspace than that device's plan needs is refused, InvalidArgument).
 std::uint64_t attention_workspace_bytes(std::uint32_t count, std::uint32_t heads, std::uint32_t max_rows);
 Status sparse_attention(const AttentionArgs& args, void* workspace, std::uint64_t workspace_bytes, void* stream);
 

@@ -30,7 +30,8 @@ inline constexpr std::uint32_t kEncodeBeyondLimit = 4u;    // appending at the d
 inline constexpr std::uint32_t kEncodeStalePosition = 8u;  // a checked position (PositionCheck) was not the device
                                                            // length when the kernel ran (nothing was written)
 
-// One layer's rotation signs and scales (main and QJL streams), codebooks and flags, on the device.
+// One layer's rotation signs and scales (main and QJL streams), codebooks and flags, on the current device
+// (create also sets the encode kernels' attributes there; use the codec on that device).
 class DeviceCodec {
  public:
   static Result<DeviceCodec> create(const LayerCodec& codec);
@@ -46,8 +47,9 @@ class DeviceCodec {
 
 // Appends `rows` tokens at `position` of sequence `seq`: keys / values are device arrays
 // [rows, kv_heads, head_dim] of `dtype` (F32, BF16, F16). Every token is quantised; with an exact window
-// the f32 row also goes to ring slot position mod W. The bytes equal LayerCodec::encode_key / encode_value
-// (up to float64 summation order in the norms, see docs/cuda.md).
+// the f32 row also goes to ring slot position mod W, whatever the status (a caller that must keep the ring of a
+// rejected append writes it after reading the status, as DeviceCache does). The bytes equal
+// LayerCodec::encode_key / encode_value (up to float64 summation order in the norms, see docs/cuda.md).
 struct EncodeRequest {
   std::uint32_t seq = 0;
   std::uint32_t position = 0;
@@ -107,7 +109,8 @@ struct DecodePlan {
                              // docs/tq-decode-history.md, rounds 10 and 11)
   std::uint64_t workspace_bytes = 0;
 };
-// multiprocessors: of the device that will run it (device_properties().multiprocessors).
+// multiprocessors: of the device that will run it (device_properties().multiprocessors). Call it with that
+// device current: it sets the kernels' shared-memory attributes there, so a plan is for that device only.
 Result<DecodePlan> plan_decode(const LayerLayout& layout, const kvcompact::tq::QuantConfig& config,
                                std::uint32_t q_heads, std::uint32_t max_length, int multiprocessors);
 

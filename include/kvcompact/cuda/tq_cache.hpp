@@ -1,6 +1,7 @@
 // DeviceCache: a GPU-resident TurboQuant KV cache with the CPU TurboQuantCache's semantics (contiguous
 // appends, capacity, exact window ring, truncate / reset, per-layer snapshots with the same bytes), fused
-// decode attention and chunked-prefill attention (kvcompact/cuda/tq_prefill.hpp). Host-side bookkeeping; data moves only through the kernels of kvcompact/cuda/tq.hpp.
+// decode attention and chunked-prefill attention (kvcompact/cuda/tq_prefill.hpp). Host-side bookkeeping; data
+// moves only through the kernels of kvcompact/cuda/tq.hpp.
 // No CUDA header is included; device pointers are plain pointers, streams are void*.
 #pragma once
 
@@ -62,8 +63,10 @@ class DeviceCache {
 
   // Appends `rows` tokens at `position` of (layer, seq); keys / values are DEVICE arrays [rows, kv_heads,
   // head_dim] of F32, F16 or BF16. Same checks and errors as the CPU cache (OutOfRange for a non-contiguous
-  // position, CapacityExceeded, NonFinite / OutOfRange for bad input). It waits for the encode to finish and
-  // advances the length only when the kernel reported no bad input (two-phase: device work, then commit).
+  // position, CapacityExceeded, NonFinite / OutOfRange for bad input). It waits for the encode and the commit
+  // kernel after it: the encode writes the records past the visible length, and the commit writes the exact-window
+  // ring rows and advances the length only when the encode reported no bad input (two-phase: device work, then
+  // commit), so a rejected append changes nothing, as on the CPU.
   Status append(std::uint32_t layer, std::uint32_t seq, std::uint32_t position, std::uint32_t rows, DType dtype,
                 const void* keys, const void* values, void* stream = nullptr);
 
@@ -74,13 +77,14 @@ class DeviceCache {
   // stream is synchronised once, and every request whose input the kernel accepted is committed; if the kernel
   // rejected some (NonFinite, or OutOfRange for a norm beyond float32), those are not stored and the first of
   // them (in request order) is the error returned — what calling append for each request would store and
-  // report. A launch failure (a CUDA error) commits nothing of the batch (the window of each of its sequences
-  // starts at its length from then on, as after a rejected append). An empty span is a no-op.
+  // report. A launch failure (a CUDA error) commits nothing of the batch (when a commit launch failed, an earlier
+  // one of the batch may have written ring rows: the window of each of its sequences then starts at its length).
+  // An empty span is a no-op.
   Status append_batch(std::uint32_t layer, std::span<const AppendRequest> requests, void* stream = nullptr);
 
   // A decode step's appends without a wait per layer. append_deferred checks and launches like append_batch
-  // but returns without waiting: a commit kernel queued after the encodes on `stream` advances each accepted
-  // sequence's device length (a rejected one's window start moves to its length, as append_batch does), so
+  // but returns without waiting: a commit kernel queued after the encodes on `stream` writes each accepted
+  // request's ring rows and advances its sequence's device length (a rejected one changes nothing), so
   // decode / prefill queued after it on the same stream see the new tokens. length() reports the lengths as if
   // every pending append were accepted. finish_appends waits once for the whole step, brings the host copies in
   // line with what the device committed and returns the first rejected append's error (in call and request
@@ -102,8 +106,8 @@ class DeviceCache {
   // and attends at the right place on every replay. The host checks what it can (layer, sequences once each,
   // rows ≤ max_length ≤ capacity, dtype, pointers; typed errors as append's, nothing launched on failure); the
   // device refuses an append whose rows would end beyond `max_length` (nothing stored) and, like append,
-  // one with NaN / inf input or a norm beyond float32 (nothing stored; with an exact window its start moves to
-  // the length). From the first call on, the lengths live on the device: length() reports those of the last
+  // one with NaN / inf input or a norm beyond float32 (nothing stored). From the first call on, the lengths live
+  // on the device: length() reports those of the last
   // sync, and append, append_batch, append_deferred, truncate*, reset, snapshot, restore and attention return
   // InvalidArgument until sync_lengths; decode and prefill need a plan whose max_length is at least every
   // max_length passed for their layer since then. sync_lengths waits for `stream` (the stream the steps ran
@@ -119,7 +123,8 @@ class DeviceCache {
   // checks each position against the device length and stores nothing where they differ (finish_appends then
   // returns InvalidArgument naming sync_lengths). Not while deferred
   // appends are pending (InvalidArgument). A launch failure (a CUDA error) is returned; the requests of that
-  // call count as refused for their input (nothing committed; sync_lengths moves their window starts).
+  // call count as refused for their input (nothing committed; after a failed commit launch, an earlier one may
+  // have written ring rows, so sync_lengths moves their window starts).
   Status append_at_length(std::uint32_t layer, std::span<const LengthAppend> requests, std::uint32_t max_length,
                           void* stream = nullptr);
   Status sync_lengths(void* stream = nullptr);
@@ -228,7 +233,8 @@ class DeviceCache {
   bool at_length_used_ = false;       // append_at_length was called once: graphs of it may replay at any time
   std::uint32_t synced_commits_ = 0;  // the commit counter as the last sync_lengths (or reset_all) saw it
   std::vector<std::uint32_t> length_limits_;  // [layers]: the largest max_length of append_at_length since sync
-  // (layer, sequence) of append_at_length calls whose launch failed: their window start moves at sync_lengths.
+  // (layer, sequence) of append_at_length calls whose commit launch failed: their window start moves at
+  // sync_lengths.
   std::vector<std::pair<std::uint32_t, std::uint32_t>> failed_at_length_;
   std::vector<PendingAppend> pending_;
   std::vector<bool> pending_slots_;  // [layers × sequences]: has an append in the pending step

@@ -56,7 +56,8 @@ struct PrefillPlan {
 inline constexpr std::uint32_t kMaxPrefillKeySplits = 8;
 
 // multiprocessors: of the device that will run it (device_properties().multiprocessors): the key split fills
-// its waves. max_batch: the most entries a launch with this plan may have (PrefillArgs::batch).
+// its waves. Call it with that device current: it sets the kernels' shared-memory attributes there, so a plan
+// is for that device only. max_batch: the most entries a launch with this plan may have (PrefillArgs::batch).
 // Errors: InvalidArgument (q_heads not a positive multiple of kv_heads, max_rows 0, max_batch 0 or above 65535,
 // multiprocessors below 1), OutOfRange (max_length
 // beyond the capacity, max_rows beyond max_length, a grid dimension too large), Unsupported (head_dim other
