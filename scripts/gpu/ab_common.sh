@@ -67,6 +67,7 @@ ab_build() {
 # carried dependencies; exits when one is missing.
 ab_prebuilt() {
   local s t targets further="${3:-$2}"
+  bash scripts/gpu/ab_unpack.sh  # (executables that ab_park.sh gzipped to fit the carry)
   [ -d .deps/usr ] && export LD_LIBRARY_PATH="$PWD/.deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
   for s in "${SIDES[@]}"; do
     targets=$(ab_side_targets "$s" "$1" "$2" "$further")

@@ -4,7 +4,10 @@
 # (kvcompact_cuda_tests ≈ 25 MB and kvcompact_cuda_tq_step_bench ≈ 23 MB per side). Every other executable there
 # moves to build/ab-parked/<same path> (git ignores build*/), and parked executables that are named move back.
 # Prints what .ab then holds. A TARGET is an executable's name (every side's) or SIDE:NAME (that side's only).
-# Usage: scripts/gpu/ab_park.sh TARGET [TARGET ...]
+# PACK=1: the executables kept in .ab are gzipped (≈ 0.75 of their size: two sides' 23 MB step benchmarks and the
+# 25 MB test binary, 73 MB, came to 60 MB with .deps), and the A/B scripts and prebuilt_checks.sh unpack them
+# there (scripts/gpu/ab_unpack.sh); gzipped executables here are unpacked before anything moves.
+# Usage: [PACK=1] scripts/gpu/ab_park.sh TARGET [TARGET ...]
 #   e.g. scripts/gpu/ab_park.sh new:kvcompact_cuda_tests new:kvcompact_cuda_dsv4_tests kvcompact_cuda_tq_encode_bench
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -24,6 +27,8 @@ keep() {
   return 1
 }
 targets=("$@")
+bash scripts/gpu/ab_unpack.sh
+find build/ab-parked -name '*.gz' -type f -exec gunzip -f {} + 2>/dev/null || true
 # Parked executables that are named come back; built ones that are not go to the parking place.
 if [ -d build/ab-parked ]; then
   while IFS= read -r f; do
@@ -35,5 +40,6 @@ while IFS= read -r f; do
   rel=${f#.ab/}
   if ! keep "$rel"; then mkdir -p "build/ab-parked/$(dirname "$rel")" && mv "$f" "build/ab-parked/$rel"; fi
 done < <(find .ab -path '*/build-gpu/*' -type f)
+[ "${PACK:-0}" = 1 ] && find .ab -path '*/build-gpu/*' -type f -exec gzip -6 {} +
 find .ab -path '*/build-gpu/*' -type f -printf '%s %p\n' | sort -k2
 echo "$(du -sm .ab | cut -f1) MB in .ab, $(du -sm .deps 2>/dev/null | cut -f1) MB in .deps (the device tool carries at most 64 MiB)"

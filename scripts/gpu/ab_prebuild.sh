@@ -40,6 +40,7 @@ build_side() {
     rel=${bin#"$src/build/cuda-release/"}
     mkdir -p "$root/.ab/$name/build-gpu/$(dirname "$rel")"
     cp "$bin" "$root/.ab/$name/build-gpu/$rel"
+    rm -f "$root/.ab/$name/build-gpu/$rel.gz"  # (an older copy that ab_park.sh gzipped)
     # An older copy parked by ab_park.sh would come back over this one when it is next named there.
     rm -f "$root/build/ab-parked/$name/build-gpu/$rel"
   done

@@ -35,6 +35,7 @@ step() {
   [ "$rc" != 0 ] || rc=$code
 }
 
+bash scripts/gpu/ab_unpack.sh  # (executables that ab_park.sh gzipped to fit the carry)
 binaries=("$BIN/tests/cuda/kvcompact_cuda_tests" "$BIN/tests/cuda_dsv4/kvcompact_cuda_dsv4_tests")
 for t in "${binaries[@]}"; do
   [ -x "$t" ] || { echo "error: no test binary $t" >&2; exit 2; }
