@@ -15,6 +15,7 @@
 #include "fill.hpp"
 #include "kvcompact/core/error.hpp"
 #include "kvcompact/cuda/runtime.hpp"
+#include "kvcompact/tq/config.hpp"
 #include "kvcompact/tq/layout.hpp"
 
 #define BENCH_CHECK(expr)                                                                  \
@@ -109,6 +110,19 @@ inline CopyBandwidth measure_copy_bandwidth(std::uint64_t n) {
   std::printf("copy bandwidth (read+write): %.0f GB/s\n", c.gbps);
   return c;
 }
+
+// The two TurboQuant modes every benchmark measures (issue 4's "default mode and the seed system's mode").
+struct BenchMode {
+  const char* name;
+  tq::QuantConfig config;
+};
+inline std::vector<BenchMode> bench_modes() {
+  return {{"recommended", tq::QuantConfig::recommended(1)}, {"seed", tq::QuantConfig::seed_system(1)}};
+}
+// The decode table's batches and contexts (Llama-3-8B heads: 8 KV heads × head_dim 128 in its bytes); the decode
+// benchmark and the read ceiling measure the same cases.
+inline std::vector<std::uint32_t> decode_table_batches() { return {1, 8, 32, 64}; }
+inline std::vector<std::uint32_t> decode_table_contexts() { return {4096, 32768, 131072}; }
 
 // The byte / f32 / f16 regions of a layer's packed records (every slot of every sequence and KV head).
 inline FillRegions regions_of(const tq::LayerLayout& l) {

@@ -18,7 +18,6 @@
 
 #include "bench_util.hpp"
 #include "kvcompact/cuda/runtime.hpp"
-#include "kvcompact/tq/config.hpp"
 #include "kvcompact/tq/layout.hpp"
 #include "read_kernel.hpp"
 
@@ -35,13 +34,11 @@ struct Case {
 // The decode table's cases (tq_cuda_bench.cpp): their bytes read.
 std::vector<Case> table_cases() {
   const std::uint32_t head_dim = 128, kv_heads = 8;
-  struct Mode { const char* name; tq::QuantConfig config; };
-  const Mode modes[] = {{"recommended", tq::QuantConfig::recommended(1)}, {"seed", tq::QuantConfig::seed_system(1)}};
   std::vector<Case> cases;
-  for (const Mode& m : modes) {
+  for (const bench::BenchMode& m : bench::bench_modes()) {
     const std::uint64_t token = tq::token_bytes(head_dim, m.config).total();
-    for (std::uint32_t batch : {1u, 8u, 32u, 64u}) {
-      for (std::uint32_t context : {4096u, 32768u, 131072u}) {
+    for (std::uint32_t batch : bench::decode_table_batches()) {
+      for (std::uint32_t context : bench::decode_table_contexts()) {
         cases.push_back(Case{m.name, batch, context, std::uint64_t{batch} * kv_heads * context * token});
       }
     }

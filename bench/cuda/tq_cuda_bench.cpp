@@ -70,10 +70,9 @@ int main(int argc, char** argv) {
   }
 
   const std::uint32_t head_dim = 128, kv_heads = 8, q_heads = 32;
-  struct Mode { const char* name; tq::QuantConfig config; };
-  const Mode modes[] = {{"recommended", tq::QuantConfig::recommended(1)}, {"seed", tq::QuantConfig::seed_system(1)}};
-  std::vector<std::uint32_t> batches = {1, 8, 32, 64};
-  std::vector<std::uint32_t> contexts = {4096, 32768, 131072};
+  const std::vector<bench::BenchMode> modes = bench::bench_modes();
+  std::vector<std::uint32_t> batches = bench::decode_table_batches();
+  std::vector<std::uint32_t> contexts = bench::decode_table_contexts();
   if (quick) {
     batches = {1, 8};
     contexts = {4096, 32768};
@@ -87,7 +86,7 @@ int main(int argc, char** argv) {
     }
   }
   std::printf("\n%-12s %5s %7s %5s %10s %12s %9s %7s\n", "mode", "batch", "context", "split", "us", "bytes", "GB/s", "%copy");
-  for (const Mode& mode : modes) {
+  for (const bench::BenchMode& mode : modes) {
     if (only && !std::any_of(only_cases.begin(), only_cases.end(), [&](const Case& c) { return c.mode == mode.name; }))
       continue;
     auto codec = take(tq::LayerCodec::create(head_dim, mode.config, 0), "LayerCodec::create");

@@ -68,11 +68,7 @@ int main(int argc, char** argv) {
   const int warmup = 2, reps = quick ? 5 : 15;
   const std::vector<std::uint32_t> batches = quick ? std::vector<std::uint32_t>{1, 8} : std::vector<std::uint32_t>{1, 8, 32, kMaxBatch};
   const std::uint32_t context = quick ? 4096 : 32768;
-  struct Mode {
-    const char* name;
-    tq::QuantConfig config;
-  };
-  const Mode modes[] = {{"recommended", tq::QuantConfig::recommended(1)}, {"seed", tq::QuantConfig::seed_system(1)}};
+  const std::vector<bench::BenchMode> modes = bench::bench_modes();
 
   // Random bf16 rows: the prefill source (context rows) and one new token per sequence (up to kMaxBatch).
   const std::uint64_t row_elems = std::uint64_t{kKvHeads} * kHeadDim;
@@ -89,7 +85,7 @@ int main(int argc, char** argv) {
               kLayers, kQHeads, kKvHeads, kHeadDim, context);
   std::printf("%-12s %5s %8s %10s %10s %11s %10s %13s %10s %9s %9s\n", "mode", "batch", "context", "append_us",
               "batch_us", "deferred_us", "graph_us", "graph_sync_us", "decode_us", "per_layer", "speedup");
-  for (const Mode& mode : modes) {
+  for (const bench::BenchMode& mode : modes) {
     for (std::uint32_t b : batches) {
       tq::CacheShape shape;
       shape.head_dim = kHeadDim;
