@@ -7,7 +7,10 @@
 # benchmark, its SDPA baseline and its profile), PROFILE="MODE BATCH CONTEXT" (case of the decode profile, default
 # "seed 32 32768"), PROFILE_SOURCE=1 (also per-instruction SASS stall samples of the decode kernel: sass.csv.gz),
 # SANITIZE_TIMEOUT / PROFILE_TIMEOUT / TEST_TIMEOUT (seconds per tool / test-binary run), SUITE=dsv4 (only the
-# DeepSeek-V4 targets: build, tests, sanitizers and benchmark steps; no TurboQuant tests, benchmark or profile).
+# DeepSeek-V4 targets: build, tests, sanitizers and benchmark steps; no TurboQuant tests, benchmark or profile),
+# PREBUILT=DIR (no configure or build: the executables built on the development machine with the cuda-release
+# preset, copied to DIR at their build-tree paths, optionally gzipped to fit the device tool's carry; DIR replaces
+# BUILD), RUN_TESTS=0 (skip the GPU test binaries), PROFILE=none (skip the decode profile).
 # Build dependencies: the system's, or a prefix in .deps/usr (copied from a Debian machine: fmt, gtest, ...).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -29,16 +32,24 @@ done
 BUILD="${BUILD:-build-gpu}"
 source scripts/gpu/configure.sh
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.total --format=csv 2>&1 | tee "$OUT/bench.log"
-echo "== configure + build"
-t0=$(date +%s)
-gpu_configure "$BUILD" "$OUT/build.log" || { tail -30 "$OUT/build.log"; exit 1; }
-# Every CUDA test and benchmark executable (kvcompact_cuda_*), not the CPU suites.
-TARGETS=$(cmake --build "$BUILD" --target help 2>/dev/null | grep -oE "kvcompact_cuda_${SUITE:-}[a-z0-9_]*(tests|bench)" | sort -u)
 TQ=1
 [ "${SUITE:-}" = dsv4 ] && TQ=0
-cmake --build "$BUILD" -j16 --target $TARGETS >> "$OUT/build.log" 2>&1 \
-  || { grep -E "error|Error" -A3 "$OUT/build.log" | head -60; exit 1; }
-echo "build: $(( $(date +%s) - t0 )) s"
+if [ -n "${PREBUILT:-}" ]; then
+  echo "== prebuilt executables in $PREBUILT (no build)"
+  BUILD="$PREBUILT"
+  find "$BUILD" -name '*.gz' -type f -exec gunzip -f {} +
+  find "$BUILD" -type f -exec chmod +x {} +
+  [ -d .deps/usr ] && export LD_LIBRARY_PATH="$PWD/.deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
+else
+  echo "== configure + build"
+  t0=$(date +%s)
+  gpu_configure "$BUILD" "$OUT/build.log" || { tail -30 "$OUT/build.log"; exit 1; }
+  # Every CUDA test and benchmark executable (kvcompact_cuda_*), not the CPU suites.
+  TARGETS=$(cmake --build "$BUILD" --target help 2>/dev/null | grep -oE "kvcompact_cuda_${SUITE:-}[a-z0-9_]*(tests|bench)" | sort -u)
+  cmake --build "$BUILD" -j16 --target $TARGETS >> "$OUT/build.log" 2>&1 \
+    || { grep -E "error|Error" -A3 "$OUT/build.log" | head -60; exit 1; }
+  echo "build: $(( $(date +%s) - t0 )) s"
+fi
 TESTS="$BUILD/tests/cuda/kvcompact_cuda_tests"
 BENCHBIN="$BUILD/src/cuda/bench/kvcompact_cuda_bench"
 # run_test_binary TITLE BINARY LOG LINES: runs one GPU test binary into $OUT/LOG, prints its test results,
@@ -53,7 +64,7 @@ run_test_binary() {
   return $rc
 }
 test_rc=0
-if [ "$TQ" = 1 ]; then
+if [ "$TQ" = 1 ] && [ "${RUN_TESTS:-1}" = 1 ]; then
   run_test_binary "GPU tests" "$TESTS" tests.log "^\[decode\]"
   test_rc=$?
   grep -E "^\[encode\]" "$OUT/tests.log" | grep -v " 0 records differ" | head -20
@@ -61,7 +72,7 @@ if [ "$TQ" = 1 ]; then
   echo "tests exit code: $test_rc"
 fi
 DSV4_TESTS="$BUILD/tests/cuda_dsv4/kvcompact_cuda_dsv4_tests"
-if [ -x "$DSV4_TESTS" ]; then
+if [ -x "$DSV4_TESTS" ] && [ "${RUN_TESTS:-1}" = 1 ]; then
   run_test_binary "GPU tests (DeepSeek-V4)" "$DSV4_TESTS" tests_dsv4.log "^\[dsv4"
   dsv4_rc=$?
   echo "dsv4 tests exit code: $dsv4_rc"
@@ -84,7 +95,8 @@ if [ "$BENCH" = 1 ]; then
     BUILD="$BUILD" OUT="$OUT" QUICK="$QUICK" bash "$step" 2>&1 | tee -a "$OUT/steps.log" | tail -60
   done
 fi
-if [ "$BENCH" = 1 ] && [ "$TQ" = 1 ] && [ "${DECODE_BENCH:-1}" = 1 ] && command -v ncu > /dev/null; then
+if [ "$BENCH" = 1 ] && [ "$TQ" = 1 ] && [ "${DECODE_BENCH:-1}" = 1 ] && [ "${PROFILE:-}" != none ] \
+   && command -v ncu > /dev/null; then
   # One profile of the fused decode kernel (seed mode, batch 32, 32K): speed of light, memory, compute,
   # warp stalls, occupancy. Clocks are left alone (--clock-control none).
   CASE=(${PROFILE:-seed 32 32768})
@@ -106,7 +118,7 @@ if [ "$BENCH" = 1 ] && [ "$TQ" = 1 ] && [ "${DECODE_BENCH:-1}" = 1 ] && command 
 fi
 if [ "$SANITIZE" = 1 ] && command -v compute-sanitizer > /dev/null; then
   for tool in memcheck racecheck; do
-    if [ "$TQ" = 1 ]; then
+    if [ "$TQ" = 1 ] && [ -x "$TESTS" ]; then
       echo "== compute-sanitizer $tool (*Small*)"
       timeout "${SANITIZE_TIMEOUT:-150}" compute-sanitizer --tool "$tool" --error-exitcode 3 "$TESTS" --gtest_filter='*Small*' > "$OUT/sanitizer_run.log" 2>&1
       echo "$tool exit code: $? ; $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY|hazard|PASSED|FAILED" "$OUT/sanitizer_run.log" | head -4 | tr '\n' ' ')"
