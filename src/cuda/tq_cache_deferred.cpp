@@ -83,9 +83,14 @@ Status DeviceCache::append_deferred(std::uint32_t layer, std::span<const AppendR
   if (!launched.ok()) {
     // A CUDA error: settle what earlier calls of the step left pending, then treat this call's requests as
     // rejected appends (nothing committed; after a failed commit launch, one before it may have run and written
-    // ring slots, which then leave the window).
+    // ring slots, which then leave the window). The earlier calls' first rejection, which the caller's
+    // finish_appends would have reported, goes into this error's message instead of being lost.
     (void)cudaStreamSynchronize(s);
-    (void)finish_appends();
+    const Status earlier = finish_appends();
+    if (!earlier.ok()) {
+      launched = make_error(ErrorCode::Internal, "{} (the step's earlier appends were settled: {})",
+                            launched.error().message, earlier.error().to_string());
+    }
     // The encodes that ran ORed their flags into this call's status words, and no commit zeroed them: cleared
     // here, so that a later append of the same (layer, sequence) does not read them as its own rejection.
     for (const AppendRequest& r : requests) {
