@@ -4,6 +4,7 @@
 // one to arrive does the request's bookkeeping, after every block has read the verdict (a launch of one block per
 // request counts nothing).
 #include <algorithm>
+#include <atomic>
 
 #include "append_commit.hpp"
 #include "input_widen.cuh"
@@ -106,10 +107,27 @@ __global__ void __launch_bounds__(kCommitThreads)
   }
 }
 
+// The test hook's count (fail_commit_launch_for_testing); negative: disarmed.
+std::atomic<int> launches_before_injected_failure{-1};
+
+// Whether the test hook (fail_commit_launch_for_testing) makes this launch fail; counts it down otherwise.
+bool injected_launch_failure() {
+  int left = launches_before_injected_failure.load();
+  while (left >= 0) {
+    if (launches_before_injected_failure.compare_exchange_weak(left, left - 1)) return left == 0;
+  }
+  return false;
+}
+
 }  // namespace
 
+void fail_commit_launch_for_testing(int launches_before_failure) {
+  launches_before_injected_failure.store(std::max(launches_before_failure, -1));
+}
+
 cudaError_t launch_commit_appends(const CommitRequest* requests, std::uint32_t count, const CommitTargets& targets,
-                                  cudaStream_t stream) {
+                                  cudaStream_t stream, std::uint32_t* requests_launched) {
+  if (requests_launched != nullptr) *requests_launched = 0;
   for (std::uint32_t first = 0; first < count; first += kEncodeBatchMax) {
     CommitBatch batch{};
     batch.count = std::min(count - first, kEncodeBatchMax);
@@ -119,10 +137,12 @@ cudaError_t launch_commit_appends(const CommitRequest* requests, std::uint32_t c
       ring_rows = std::max(ring_rows, std::min(batch.request[i].rows, targets.ring.window));
     }
     const dim3 grid(batch.count, std::clamp(ring_rows, 1u, kMaxRingBlocks));
+    if (injected_launch_failure()) return cudaErrorLaunchOutOfResources;
     cudaError_t err = kvcompact::cuda::detail::launch_after_previous(commit_appends_kernel, grid, dim3(kCommitThreads),
                                                                      0, stream, batch, targets);
     if (err == cudaSuccess) err = cudaGetLastError();
     if (err != cudaSuccess) return err;
+    if (requests_launched != nullptr) *requests_launched = first + batch.count;
   }
   return cudaSuccess;
 }

@@ -53,8 +53,16 @@ struct CommitRequest {
 };
 
 // requests: up to any count (launched kEncodeBatchMax at a time, each request on its own blocks). Requests of
-// 0 rows are skipped.
+// 0 rows are skipped. requests_launched (or null): on return, how many leading requests are in launches that
+// succeeded — count on success; after a failed launch, the requests before it, whose commits will run (ring rows
+// written, device lengths advanced) while the later ones' never do.
 cudaError_t launch_commit_appends(const CommitRequest* requests, std::uint32_t count, const CommitTargets& targets,
-                                  cudaStream_t stream);
+                                  cudaStream_t stream, std::uint32_t* requests_launched = nullptr);
+
+// For tests only: the commit launch that comes after `launches_before_failure` more successful ones (over every
+// later launch_commit_appends call) returns cudaErrorLaunchOutOfResources without launching, once; a negative
+// value disarms it. It lets the GPU tests drive DeviceCache's failure paths after a partly launched commit, which
+// a working device never takes.
+void fail_commit_launch_for_testing(int launches_before_failure);
 
 }  // namespace kvcompact::cuda::tq::detail

@@ -111,6 +111,22 @@ Status DeviceCache::sync_positions(std::uint32_t layer) {
   return ok_status();
 }
 
+void DeviceCache::adopt_device_lengths(std::uint32_t layer, std::span<const std::uint32_t> launched, void* stream) {
+  Layer& l = *layers_[layer];
+  const auto s = static_cast<cudaStream_t>(stream);
+  std::vector<std::uint32_t> device(l.lengths.size());
+  cudaError_t err = cudaStreamSynchronize(s);  // the launches that ran, and their commits
+  if (err == cudaSuccess) {
+    err = cudaMemcpy(device.data(), l.device_lengths(), 4 * device.size(), cudaMemcpyDeviceToHost);
+  }
+  if (err == cudaSuccess) {
+    l.lengths = device;
+  } else if (l.layout.exact_window > 0) {
+    for (std::uint32_t seq : launched) l.window_begins[seq] = l.lengths[seq];
+  }
+  (void)sync_positions(layer);  // best effort: the launch error is what the caller needs to see
+}
+
 Status DeviceCache::append(std::uint32_t layer, std::uint32_t seq, std::uint32_t position, std::uint32_t rows,
                            DType dtype, const void* keys, const void* values, void* stream) {
   const AppendRequest request{seq, position, rows, dtype, keys, values};
@@ -184,8 +200,8 @@ Status DeviceCache::append_batch(std::uint32_t layer, std::span<const AppendRequ
   }
   // The records go past the visible lengths; the ring rows wait for the commit kernel's verdicts.
   Status launched = detail::encode_records_batch(l.layout, *l.codec, l.data.data(), encodes, nullptr, nullptr, stream);
-  const bool commits_launched = launched.ok();
-  if (commits_launched) {
+  std::uint32_t commits_launched = 0;  // leading requests whose commit launch succeeded
+  if (launched.ok()) {
     // The device commits each request after its encode, in stream order, as append_deferred's do: the ring rows,
     // device lengths and window starts are final once the wait below returns, with no upload of them left in
     // flight (a copy queued here could land after a later call's on another stream).
@@ -193,23 +209,25 @@ Status DeviceCache::append_batch(std::uint32_t layer, std::span<const AppendRequ
     targets.verdict_offset = static_cast<std::uint32_t>(n);
     targets.slots = static_cast<std::uint32_t>(n);
     const cudaError_t err =
-        detail::launch_commit_appends(commits.data(), static_cast<std::uint32_t>(n), targets, s);
+        detail::launch_commit_appends(commits.data(), static_cast<std::uint32_t>(n), targets, s, &commits_launched);
     if (err != cudaSuccess) {
       launched = make_error(ErrorCode::Internal, "commit_appends launch: {}", cudaGetErrorString(err));
     }
   }
   if (!launched.ok()) {
-    // A launch failed (the checks above passed, so this is a CUDA error): nothing of the batch is committed on the
-    // host. An encode writes no ring slot, but when a commit launch failed, one before it (a launch per 32
-    // requests) may have run and written ring slots: then every ring slot of the batch leaves the window.
-    (void)cudaStreamSynchronize(s);  // (the launches that ran, and a commit, before the host's positions go up)
-    if (commits_launched && l.layout.exact_window > 0) {
-      for (const AppendRequest& r : requests) {
-        if (r.rows > 0) l.window_begins[r.seq] = l.lengths[r.seq];
-      }
+    // A launch failed (the checks above passed, so this is a CUDA error). After a failed encode launch nothing
+    // of the batch is committed; after a failed commit launch, those before it (one per 32 requests) committed
+    // their requests on the device, which the host takes over (adopt_device_lengths).
+    std::vector<std::uint32_t> launched_seqs;
+    for (std::size_t i = 0; i < commits_launched; ++i) {
+      if (requests[i].rows > 0) launched_seqs.push_back(requests[i].seq);
     }
-    (void)sync_positions(layer);  // best effort: the launch error is what the caller needs to see
-    return launched;
+    adopt_device_lengths(layer, launched_seqs, stream);
+    if (commits_launched == 0) return launched;
+    return make_error(ErrorCode::Internal,
+                      "{} (the first {} of the batch's {} requests, in launches before the failed one, were "
+                      "committed as append would; the others were not)",
+                      launched.error().message, commits_launched, n);
   }
   // One wait for all of them: the kernels' verdicts on the input, which the commit kernel has applied.
   std::vector<std::uint32_t> flags(n, 0);

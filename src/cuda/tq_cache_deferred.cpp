@@ -3,8 +3,10 @@
 // attention queued behind it sees the new token; the host keeps the lengths as if every append were accepted and
 // settles them once per step from the verdicts the commit kernel recorded (docs/cuda.md, "DeviceCache").
 #include <cuda_runtime.h>
+#include <fmt/format.h>
 
 #include <algorithm>
+#include <string>
 #include <vector>
 
 #include "append_commit.hpp"
@@ -69,41 +71,44 @@ Status DeviceCache::append_deferred(std::uint32_t layer, std::span<const AppendR
   // The ring rows wait for the commit kernel's verdicts (encode_records.hpp).
   const PositionCheck check{l.device_lengths()};
   Status launched = detail::encode_records_batch(l.layout, *l.codec, l.data.data(), encodes, nullptr, &check, stream);
-  const bool commits_launched = launched.ok();
-  if (commits_launched) {
+  std::uint32_t commits_launched = 0;  // leading entries of `commits` whose launch succeeded
+  if (launched.ok()) {
     detail::CommitTargets targets = l.commit_targets();
     targets.verdict_offset = static_cast<std::uint32_t>(slots);
     targets.slots = static_cast<std::uint32_t>(slots);
-    const cudaError_t err =
-        detail::launch_commit_appends(commits.data(), static_cast<std::uint32_t>(commits.size()), targets, s);
+    const cudaError_t err = detail::launch_commit_appends(
+        commits.data(), static_cast<std::uint32_t>(commits.size()), targets, s, &commits_launched);
     if (err != cudaSuccess) {
       launched = make_error(ErrorCode::Internal, "commit_appends launch: {}", cudaGetErrorString(err));
     }
   }
   if (!launched.ok()) {
-    // A CUDA error: settle what earlier calls of the step left pending, then treat this call's requests as
-    // rejected appends (nothing committed; after a failed commit launch, one before it may have run and written
-    // ring slots, which then leave the window). The earlier calls' first rejection, which the caller's
+    // A CUDA error: settle what earlier calls of the step left pending; of this call, the requests of the commit
+    // launches before a failed one are committed on the device, which the host takes over (adopt_device_lengths),
+    // and the others count as refused (nothing stored). The earlier calls' first rejection, which the caller's
     // finish_appends would have reported, goes into this error's message instead of being lost.
     (void)cudaStreamSynchronize(s);
     const Status earlier = finish_appends();
+    std::string message = launched.error().message;
+    if (commits_launched > 0) {
+      message += fmt::format(" (this call's first {} of {} appends, in launches before the failed one, were "
+                             "committed as their input allowed; the others were not)",
+                             commits_launched, commits.size());
+    }
     if (!earlier.ok()) {
-      launched = make_error(ErrorCode::Internal, "{} (the step's earlier appends were settled: {})",
-                            launched.error().message, earlier.error().to_string());
+      message += fmt::format(" (the step's earlier appends were settled: {})", earlier.error().to_string());
     }
-    // The encodes that ran ORed their flags into this call's status words, and no commit zeroed them: cleared
-    // here, so that a later append of the same (layer, sequence) does not read them as its own rejection.
+    // The encodes that ran ORed their flags into this call's status words, and no commit zeroed those of the
+    // launches that failed: cleared here, so that a later append of the same (layer, sequence) does not read
+    // them as its own rejection.
+    std::vector<std::uint32_t> launched_seqs;
     for (const AppendRequest& r : requests) {
-      if (r.rows > 0) (void)cudaMemsetAsync(status + r.seq, 0, sizeof(std::uint32_t), s);
+      if (r.rows == 0) continue;
+      (void)cudaMemsetAsync(status + r.seq, 0, sizeof(std::uint32_t), s);
+      if (launched_seqs.size() < commits_launched) launched_seqs.push_back(r.seq);  // `commits`' order
     }
-    (void)cudaStreamSynchronize(s);
-    if (commits_launched && l.layout.exact_window > 0) {
-      for (const AppendRequest& r : requests) {
-        if (r.rows > 0) l.window_begins[r.seq] = l.lengths[r.seq];
-      }
-    }
-    (void)sync_positions(layer);
-    return launched;
+    adopt_device_lengths(layer, launched_seqs, stream);
+    return make_error(ErrorCode::Internal, "{}", message);
   }
   pending_stream_ = stream;
   for (const AppendRequest& r : requests) {

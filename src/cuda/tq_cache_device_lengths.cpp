@@ -124,15 +124,16 @@ Status DeviceCache::append_at_length(std::uint32_t layer, std::span<const Length
   // The ring rows wait for the commit kernel's verdicts (encode_records.hpp).
   const DeviceLengths at{l.device_lengths(), max_length};
   Status launched = detail::encode_records_batch(l.layout, *l.codec, l.data.data(), encodes, &at, nullptr, stream);
-  const bool commits_launched = launched.ok();
-  if (commits_launched) {
+  std::uint32_t commits_launched = 0;  // leading entries of `commits` whose launch succeeded
+  if (launched.ok()) {
     detail::CommitTargets targets = l.commit_targets();
     targets.slots = static_cast<std::uint32_t>(layers_.size() * std::size_t{sequences_});
     targets.sticky = true;
     targets.at_length = true;
     targets.commits = static_cast<std::uint32_t*>(step_status_.data()) + 4 * targets.slots;
-    const cudaError_t err = detail::launch_commit_appends(commits.data(), static_cast<std::uint32_t>(commits.size()),
-                                                          targets, static_cast<cudaStream_t>(stream));
+    const cudaError_t err =
+        detail::launch_commit_appends(commits.data(), static_cast<std::uint32_t>(commits.size()), targets,
+                                      static_cast<cudaStream_t>(stream), &commits_launched);
     if (err != cudaSuccess) {
       launched = make_error(ErrorCode::Internal, "commit_appends launch: {}", cudaGetErrorString(err));
     }
@@ -145,13 +146,13 @@ Status DeviceCache::append_at_length(std::uint32_t layer, std::span<const Length
       if (r.rows > 0) (void)cudaMemsetAsync(status + r.seq, 0, sizeof(std::uint32_t), s);
     }
   }
-  if (!launched.ok() && commits_launched) {
-    // A commit launch failed: one before it (a launch per 32 requests) may have run and written ring slots, so
-    // sync_lengths moves these sequences' window starts to their lengths (which it is the first to know). (A
-    // failed encode launch commits nothing and writes no ring slot.)
-    for (const LengthAppend& r : requests) {
-      if (r.rows > 0) failed_at_length_.emplace_back(layer, r.seq);
-    }
+  if (commits_launched > 0 && !launched.ok()) {
+    // A commit launch failed after others ran: their requests are committed on the device (ring rows and
+    // lengths, which sync_lengths brings back; every window stays valid), the later ones never will be.
+    return make_error(ErrorCode::Internal,
+                      "{} (the first {} of {} appends, in launches before the failed one, were committed as their "
+                      "input allowed; the others were not: sync_lengths shows which)",
+                      launched.error().message, commits_launched, commits.size());
   }
   return launched;
 }
@@ -183,23 +184,9 @@ Status DeviceCache::sync_lengths(void* stream) {
     std::copy(both, both + sequences_, l.lengths.begin());
     std::copy(both + sequences_, both + 2 * sequences_, l.window_begins.begin());
   }
-  Status settled = ok_status();
-  if (!failed_at_length_.empty()) {
-    for (const auto& [layer, seq] : failed_at_length_) {
-      Layer& l = *layers_[layer];
-      if (l.layout.exact_window > 0) l.window_begins[seq] = l.lengths[seq];
-    }
-    for (std::uint32_t i = 0; i < layers_.size(); ++i) {
-      const bool touched = std::any_of(failed_at_length_.begin(), failed_at_length_.end(),
-                                       [i](const auto& f) { return f.first == i; });
-      if (touched && settled.ok()) settled = sync_positions(i);
-    }
-  }
-  failed_at_length_.clear();
   std::fill(length_limits_.begin(), length_limits_.end(), 0u);
   lengths_on_device_ = false;
   synced_commits_ = refusals[2 * slots];
-  KVC_TRY(settled);
   for (std::size_t slot = 0; slot < slots; ++slot) {
     const std::uint32_t flags = refusals[slot];
     if (flags == 0) continue;
@@ -220,7 +207,6 @@ void DeviceCache::drop_device_lengths() {
   (void)cudaDeviceSynchronize();  // the steps' streams are the caller's: wait for all of them
   (void)step_status_.fill(0);  // the commit counter too, which is then seen at 0
   synced_commits_ = 0;
-  failed_at_length_.clear();
   std::fill(length_limits_.begin(), length_limits_.end(), 0u);
   lengths_on_device_ = false;
 }

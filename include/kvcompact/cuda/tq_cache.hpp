@@ -77,8 +77,9 @@ class DeviceCache {
   // stream is synchronised once, and every request whose input the kernel accepted is committed; if the kernel
   // rejected some (NonFinite, or OutOfRange for a norm beyond float32), those are not stored and the first of
   // them (in request order) is the error returned — what calling append for each request would store and
-  // report. A launch failure (a CUDA error) commits nothing of the batch (when a commit launch failed, an earlier
-  // one of the batch may have written ring rows: the window of each of its sequences then starts at its length).
+  // report. A launch failure (a CUDA error) is returned: after a failed encode launch nothing of the batch is
+  // committed; after a failed commit launch (one per 32 requests) the requests of the launches before it are
+  // committed as their verdicts say — as append would have — and the later ones are not (length() tells which).
   // An empty span is a no-op.
   Status append_batch(std::uint32_t layer, std::span<const AppendRequest> requests, void* stream = nullptr);
 
@@ -95,7 +96,9 @@ class DeviceCache {
   // uses one stream, a (layer, sequence) takes one append per step, and append, append_batch, truncate*,
   // reset, snapshot, restore and attention return InvalidArgument until finish_appends (reset_all waits and
   // drops the pending appends' verdicts: it empties every sequence anyway). A launch failure (a CUDA error)
-  // waits, settles the earlier pending appends and commits nothing of the failing call.
+  // waits, settles the earlier pending appends (quoting the first rejection among them in its message) and is
+  // returned; of the failing call, only the requests of the commit launches before a failed one (one per 32
+  // requests) are committed, as their verdicts say (length() tells which).
   Status append_deferred(std::uint32_t layer, std::span<const AppendRequest> requests, void* stream = nullptr);
   Status finish_appends();
   bool appends_pending() const { return !pending_.empty(); }
@@ -123,8 +126,8 @@ class DeviceCache {
   // checks each position against the device length and stores nothing where they differ (finish_appends then
   // returns InvalidArgument naming sync_lengths). Not while deferred
   // appends are pending (InvalidArgument). A launch failure (a CUDA error) is returned; the requests of that
-  // call count as refused for their input (nothing committed; after a failed commit launch, an earlier one may
-  // have written ring rows, so sync_lengths moves their window starts).
+  // call count as refused for their input — except, after a failed commit launch, the requests of the launches
+  // before it (one per 32 requests), which the device commits as their verdicts say (sync_lengths shows them).
   Status append_at_length(std::uint32_t layer, std::span<const LengthAppend> requests, std::uint32_t max_length,
                           void* stream = nullptr);
   Status sync_lengths(void* stream = nullptr);
@@ -202,6 +205,12 @@ class DeviceCache {
   // restore and the failure paths of the appends), so that kernels on every stream see them and no copy is left
   // in flight. The appends that succeed leave the mirror to the device's commit kernel instead.
   Status sync_positions(std::uint32_t layer);
+  // After a failed commit launch of append_batch / append_deferred (a CUDA error): the launches before it ran —
+  // their accepted requests' ring rows written, device lengths advanced — and the later ones never will, so the
+  // device's lengths of the layer are the truth: waits for `stream` and takes them as the host's (every exact
+  // window stays valid). If that fails too (a broken device), the windows of the `launched` requests' sequences
+  // start at their host lengths instead, since their commits may have written ring slots of rows still in them.
+  void adopt_device_lengths(std::uint32_t layer, std::span<const std::uint32_t> launched, void* stream);
 
   // One append of the pending step (append_deferred), in call and request order.
   struct PendingAppend {
@@ -233,9 +242,6 @@ class DeviceCache {
   bool at_length_used_ = false;       // append_at_length was called once: graphs of it may replay at any time
   std::uint32_t synced_commits_ = 0;  // the commit counter as the last sync_lengths (or reset_all) saw it
   std::vector<std::uint32_t> length_limits_;  // [layers]: the largest max_length of append_at_length since sync
-  // (layer, sequence) of append_at_length calls whose commit launch failed: their window start moves at
-  // sync_lengths.
-  std::vector<std::pair<std::uint32_t, std::uint32_t>> failed_at_length_;
   std::vector<PendingAppend> pending_;
   std::vector<bool> pending_slots_;  // [layers × sequences]: has an append in the pending step
   void* pending_stream_ = nullptr;
