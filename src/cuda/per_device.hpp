@@ -4,11 +4,12 @@
 // computed on whichever device made the first call: a process that used a second device sized that device's
 // grids from the first one's answers, launched kernels whose shared-memory attribute was never set there, and
 // kept a first call's error for good. Here each device ordinal has its own slot; a failed computation is not
-// remembered (the next call tries again). Thread-safe; the fast path is one acquire load. A slot belongs to the
-// device's primary context, which the CUDA runtime keeps for the whole process: after cudaDeviceReset (or on a
-// non-primary context made current through the driver API) the attributes set there are gone while the slot
-// stays, so the kernels would launch without them — reset devices only with no kvcompact object alive and in a
-// process that will not launch kvcompact kernels afterwards.
+// remembered (the next call tries again). Thread-safe; the fast path is one acquire load. A slot outlives
+// cudaDeviceReset, and may: the runtime keeps a function's attributes set through cudaFuncSetAttribute for the
+// device's next primary context (measured with CUDA 13.0 and driver 580, lazy and eager module loading alike:
+// the maximum dynamic shared memory reads back as set and a launch needing it runs), and occupancy answers and
+// multiprocessor counts are properties of the kernel and the device (CudaDsv4KernelsDeviceReset runs every
+// launcher before and after a reset).
 #pragma once
 
 #include <cuda_runtime.h>

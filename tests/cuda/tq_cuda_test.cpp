@@ -502,6 +502,23 @@ TEST(CudaSmall, EncodeAndDecodeForSanitizers) {
   check_decode({"k=mse4,v=mse3,nc", 128, 4, true, 0, {65, 0, 700}, 0, 1}, fresh_seed());  // the wide variant
 }
 
+// cudaDeviceReset destroys the device's primary context with every kernel attribute set in it. The TurboQuant
+// launchers set theirs per codec and plan, so codecs and plans made after a reset (the old ones belong to the
+// destroyed context) encode and decode as before; the fast encode kernel's remembered resident-block count is a
+// property of the kernel and device and stays right. This binary keeps no device memory across tests.
+TEST(CudaDeviceReset, NewCodecsAndPlansWorkAfterAReset) {
+  SKIP_WITHOUT_GPU();
+  for (const char* when : {"before", "after"}) {
+    SCOPED_TRACE(std::string(when) + " the reset");
+    check_encode("k=mse4,v=mse3,nc", 128, DType::BF16, fresh_seed());  // the fast kernel
+    check_decode({"k=mse4,v=mse3,nc", 128, 4, true, 0, {65, 0, 700}, 0, 1}, fresh_seed());  // the wide variant
+    check_decode({"k=prod3,v=mse2", 128, 4, true, 16, {1, 7, 129, 300}}, fresh_seed());
+    if (std::string(when) == "before") {
+      ASSERT_EQ(cudaDeviceReset(), cudaSuccess);
+    }
+  }
+}
+
 // The plan takes the wide variant (4-bit keys, d = 128, mse modes) exactly when its blocks and the narrow kernel's
 // both fit in one wave.
 TEST(CudaDecode, PlanTakesTheWideVariantInOneWave) {
