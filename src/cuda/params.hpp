@@ -38,7 +38,7 @@ struct DecodeParams {
   std::uint32_t tables_has_qjl;                           // sizes the shared memory (sign and ρ buffers)
   float scale_log2;  // softmax scale · log2(e)
   // The in-kernel merge (layouts without an exact window): one arrival word per (sequence, KV head, head group)
-  // in the workspace (tq_decode.cu, merge_if_last, says how they work).
+  // in the workspace (decode_merge.cuh, merge_if_last, says how they work).
   unsigned long long* arrivals;
   std::uint32_t merge_in_kernel;
   std::uint32_t wide;  // 1: the wide variant of the fused kernel (DecodePlan::wide)
@@ -48,7 +48,7 @@ struct DecodeParams {
 std::uint32_t decode_smem_bytes(std::uint32_t head_dim, std::uint32_t key_code_bits, std::uint32_t value_bits,
                                 bool qjl);
 // Whether the fused kernel has a wide variant for these shapes (4-bit keys, d = 128, mse modes: a 64 KB key table
-// shared by one 16-warp block per multiprocessor, tq_decode.cu, Shape).
+// shared by one 16-warp block per multiprocessor, decode_shape.cuh, Shape).
 bool decode_has_wide(std::uint32_t head_dim, std::uint32_t key_code_bits, bool qjl);
 // A split's chunk is a multiple of this many tokens: a pipeline stage of the fused kernel (32 per warp: 128 or
 // 256), times two for the wide variant (whose two halves take alternate stages).

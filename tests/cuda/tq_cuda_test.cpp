@@ -440,7 +440,7 @@ TEST(CudaDecode, RunIsCapturableInACudaGraph) {
 }
 
 // Without an exact window the fused kernel merges the splits itself, counting arrivals in tagged words of the
-// workspace (tq_decode.cu, merge_if_last). A workspace with arbitrary bytes, shared by two plans of different
+// workspace (decode_merge.cuh, merge_if_last). A workspace with arbitrary bytes, shared by two plans of different
 // split counts in turn, must give every call the output of a call on a workspace of its own, bit for bit.
 TEST(CudaDecode, WorkspaceNeedsNoInitialisationAndIsSharedByPlans) {
   SKIP_WITHOUT_GPU();
