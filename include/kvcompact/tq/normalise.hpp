@@ -1,5 +1,5 @@
 // How the codec turns a row x into the unit vector it rotates and quantises (docs/turboquant.md, "Encode
-// arithmetic"). Shared by the CPU codec (src/tq/codec.cpp) and the CUDA encode kernels (src/cuda/tq_encode.cu),
+// arithmetic"). Shared by the CPU codec (src/tq/codec.cpp) and the CUDA encode kernels (src/cuda/encode_*.cuh),
 // which must write the same bytes; C++17 and host / device compilable for that reason.
 //
 // With n = ‖x‖ in float64 (the exact squares summed in float64), u_j = RN32(x_j · r) where r = RN32(RN64(1 / n)),
