@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # Correctness checks of the GPU test binaries built on the development machine (scripts/gpu/ab_prebuild.sh, or
-# built there and copied to .ab/new/build-gpu/tests/...), run on the GPU machine without a build: every test of
-# both binaries, then compute-sanitizer memcheck and racecheck on SANITIZE_FILTER (default the *Small* suites, the
-# two-stream test and the plan checks). Carry ".deps" and ".ab". Each step gets at most what is left of DEADLINE
-# seconds (default 540, so that the device call's 600 s limit is not reached), so a slow step cuts the later ones
-# short rather than the whole run; a step that ran out says so. Logs packed into $OUT/checks_logs.tgz (the device
-# tool brings back at most 8 files). Exit code: the first failing step's.
-# Usage: scripts/gpu/prebuilt_checks.sh [BIN_DIR]   (default .ab/new/build-gpu)
+# scripts/gpu/carry_prebuilt.sh kvcompact_cuda_tests kvcompact_cuda_dsv4_tests [kvcompact_cuda_tq_step_bench] with
+# BIN_DIR build/carry/build-gpu), run on the GPU machine without a build: every test of both binaries, then
+# compute-sanitizer memcheck and racecheck on SANITIZE_FILTER (default the *Small* suites, the two-stream test and the
+# plan checks); with REPEAT_FILTER, those TurboQuant tests REPEAT times more (default 15); with STEPS, those bench
+# steps of scripts/gpu/steps/ (e.g. STEPS=tq_step) on the same executables. Carry ".deps" and ".ab" (or
+# "build/carry"); gzipped executables are unpacked first. Each step gets at most what is left of DEADLINE seconds
+# (default 540, so that the device call's 600 s limit is not reached), so a slow step cuts the later ones short
+# rather than the whole run; a step that ran out says so. Logs packed into $OUT/checks_logs.tgz (the device tool
+# brings back at most 8 files); a bench step's CSV stays beside it. Exit code: the first failing step's.
+# Usage: [SANITIZE_FILTER=…] [REPEAT_FILTER=… [REPEAT=N]] [STEPS="tq_step …"] scripts/gpu/prebuilt_checks.sh [BIN_DIR]
+#        (BIN_DIR default .ab/new/build-gpu)
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
 OUT="${OUT:-$PWD/out}"
@@ -36,6 +40,12 @@ step() {
 }
 
 bash scripts/gpu/ab_unpack.sh  # (executables that ab_park.sh gzipped to fit the carry)
+if [ -d "$BIN" ]; then  # (carry_prebuilt.sh's gzipped executables)
+  find "$BIN" -name '*.gz' -type f -exec gunzip -f {} +
+  find "$BIN" -type f -path '*/tests/*' -exec chmod +x {} +
+  find "$BIN" -type f -path '*/bench/*' -exec chmod +x {} +
+fi
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | sed 's/^/device: /'
 binaries=("$BIN/tests/cuda/kvcompact_cuda_tests" "$BIN/tests/cuda_dsv4/kvcompact_cuda_dsv4_tests")
 for t in "${binaries[@]}"; do
   [ -x "$t" ] || { echo "error: no test binary $t" >&2; exit 2; }
@@ -43,7 +53,7 @@ done
 for t in "${binaries[@]}"; do
   n=$(basename "$t")
   step "$n" "$n.log" "$t"
-  grep -E "^\[  (PASSED|FAILED) |^\[  FAILED|Failure" -A3 "$OUT/$n.log" | head -20
+  grep -E "^\[  (PASSED|FAILED) |: Failure$" -A3 "$OUT/$n.log" | head -20
 done
 for t in "${binaries[@]}"; do
   n=$(basename "$t")
@@ -52,5 +62,15 @@ for t in "${binaries[@]}"; do
     echo "  $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/${tool}_$n.log" | head -1)" \
       "$(grep -E '^\[  (PASSED|FAILED) ' "$OUT/${tool}_$n.log" | head -2 | tr '\n' ' ')"
   done
+done
+if [ -n "${REPEAT_FILTER:-}" ]; then
+  step "repeat ${REPEAT:-15}x $REPEAT_FILTER" repeat.log "${binaries[0]}" --gtest_filter="$REPEAT_FILTER" \
+    --gtest_repeat="${REPEAT:-15}"
+  echo "  $(grep -c '^\[  PASSED  \]' "$OUT/repeat.log") of ${REPEAT:-15} rounds passed"
+fi
+for s in ${STEPS:-}; do
+  [ -f "scripts/gpu/steps/$s.sh" ] || { echo "error: no bench step scripts/gpu/steps/$s.sh" >&2; [ "$rc" != 0 ] || rc=2; continue; }
+  step "bench step $s" "step_$s.log" env BUILD="$BIN" OUT="$OUT" bash "scripts/gpu/steps/$s.sh"
+  grep -vE '^$' "$OUT/step_$s.log" | head -20
 done
 exit "$rc"
