@@ -21,13 +21,19 @@ ab_sides() {
     SIDES+=(base)  # (older .ab directories have only base and base_rev)
   fi
   declare -gA DIR=([new]=.)
+  declare -gA SIDE_TARGETS=()
   [ "${PREBUILT:-0}" = 1 ] && DIR[new]=.ab/new
   local s
   for s in "${SIDES[@]}"; do [ "$s" = new ] || DIR[$s]=".ab/$s"; done
 }
 
-# ab_side_targets SIDE NEW BASE FURTHER: the targets side SIDE builds (ab_build's three lists).
+# ab_side_targets SIDE NEW BASE FURTHER: the targets side SIDE builds (ab_build's three lists), unless the calling
+# script set SIDE_TARGETS[SIDE] (an associative array) for it.
 ab_side_targets() {
+  if [ -n "${SIDE_TARGETS[$1]+set}" ]; then
+    echo "${SIDE_TARGETS[$1]}"
+    return
+  fi
   case "$1" in
     new) echo "$2" ;;
     base) echo "$3" ;;

@@ -8,7 +8,8 @@
 # and side the mean step time (CUDA graph), its indexer / attention parts, and side / base. CSV of every run in
 # $OUT/dsv4_ab.csv; the logs packed in $OUT/ab_logs.tgz. TEST_SIDES="new other-side" limits the tests and
 # sanitizers to the sides named (default: every side but base): a side measured only to explain a result then
-# costs no device time for them — and cannot be landed on this run's word.
+# costs no device time for them and needs no test binary (built or carried) — and cannot be landed on this run's
+# word.
 # Usage: CASES="bf16 1 1048576,bf16 8 1048576" scripts/gpu/dsv4_ab.sh [ROUNDS]   (default 2 rounds)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -21,6 +22,13 @@ TESTS_TARGET=kvcompact_cuda_dsv4_tests
 ab_sides
 rc=0
 if [ "${TESTS:-1}" = 1 ]; then
+  if [ -n "${TEST_SIDES+set}" ]; then
+    # Only the sides whose tests run need (or, prebuilt, must carry) the test binary.
+    for s in "${SIDES[@]}"; do
+      SIDE_TARGETS[$s]=$BENCH_TARGET
+      [[ " $TEST_SIDES " == *" $s "* ]] && SIDE_TARGETS[$s]="$BENCH_TARGET $TESTS_TARGET"
+    done
+  fi
   ab_build "$BENCH_TARGET $TESTS_TARGET" "$BENCH_TARGET" "$BENCH_TARGET $TESTS_TARGET"
   for s in "${SIDES[@]}"; do
     if [ -n "${TEST_SIDES+set}" ]; then
