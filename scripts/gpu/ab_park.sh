@@ -42,4 +42,4 @@ while IFS= read -r f; do
 done < <(find .ab -path '*/build-gpu/*' -type f)
 [ "${PACK:-0}" = 1 ] && find .ab -path '*/build-gpu/*' -type f -exec gzip -6 {} +
 find .ab -path '*/build-gpu/*' -type f -printf '%s %p\n' | sort -k2
-echo "$(du -sm .ab | cut -f1) MB in .ab, $(du -sm .deps 2>/dev/null | cut -f1) MB in .deps (the device tool carries at most 64 MiB)"
+scripts/gpu/carry_size.sh .deps .ab || true  # (what a call carrying .deps and .ab copies, against the 64 MiB limit)

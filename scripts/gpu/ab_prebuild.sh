@@ -71,4 +71,5 @@ fi
 while read -r name rev; do
   build_side "$name" "$(worktree "$name" "$rev")"
 done < .ab/sides
-echo "carry \".deps\" and \".ab\"; on the GPU machine run the A/B script with PREBUILT=1 ($(du -sh .ab | cut -f1) in .ab)"
+echo "carry \".deps\" and \".ab\"; on the GPU machine run the A/B script with PREBUILT=1"
+scripts/gpu/carry_size.sh .deps .ab || true

@@ -23,4 +23,4 @@ for t in "$@"; do
   mkdir -p "$dst/$(dirname "$rel")"
   gzip -c "$bin" > "$dst/$rel.gz"
 done
-du -sh build/carry .deps | tr '\n' ' '; echo "(carry limit 64 MiB)"
+scripts/gpu/carry_size.sh .deps build/carry || true
