@@ -11,7 +11,7 @@
 // without it the next kernel is launched as this one's blocks exit (the implicit trigger), which measured 1.3-3.8 %
 // faster per step there (round 9). A trigger where each block's main work ends (round 30, on an H100) gained 1-4 %
 // at batch 1 and lost 5 % at BF16 batch 8 x 1M, and nothing in the TurboQuant step; under a batch-1 condition it
-// kept the batch-1 gain but measured up to 1.2 % slower at FP8 batch 8: not kept either. On a kernel
+// kept the batch-1 gain but measured up to 1.8 % slower at FP8 batch 8: not kept either. On a kernel
 // launched without the attribute, or with no kernel before it, the wait returns at once.
 #pragma once
 
