@@ -24,6 +24,12 @@ __device__ __forceinline__ void mbar_arrive_expect_tx(std::uint64_t* bar, std::u
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(bytes)
                : "memory");
 }
+// Adds `bytes` to the current phase's expected transaction count without arriving (a thread that issues a bulk
+// copy onto a barrier whose arrivals come later, from the threads that fill the rest of the stage).
+__device__ __forceinline__ void mbar_expect_tx(std::uint64_t* bar, std::uint32_t bytes) {
+  asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(bytes)
+               : "memory");
+}
 __device__ __forceinline__ bool mbar_try_wait(std::uint64_t* bar, std::uint32_t parity) {
   std::uint32_t done;
   asm volatile(

@@ -73,6 +73,13 @@ __device__ inline float fast_exp2(float x) {
 
 __device__ inline std::uint32_t half2_bits(__half2 h) { return *reinterpret_cast<const std::uint32_t*>(&h); }
 
+// Two floats as e4m3 codes (round to nearest, saturating: folded keys' cross terms), `lo` in the low byte.
+__device__ inline std::uint16_t e4m3x2_of(float lo, float hi) {
+  std::uint16_t r;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
 // fp16 hi part of (a, b) and the fp16 rounding of the remainders.
 __device__ inline void split_pair(float a, float b, std::uint32_t& hi, std::uint32_t& lo) {
   const __half2 h = __floats2half2_rn(a, b);
@@ -187,6 +194,9 @@ struct BlockRange {
   std::uint32_t entry, kvh, hg, seq, nrows, tok0, first, length, eb, ntok, kend, hb, ntiles;
   std::uint64_t row_base, slot0;
   bool bad_sequence;  // the device sequence index is out of range: no key is read, every row is NaN
+  // Folded keys only: the block's rows need keys past the plan's folded tiles (a device length and chunk beyond
+  // max_length): no key is read, every row is NaN (kStatusKeysBeyondPlan).
+  bool keys_beyond_plan;
   // False when the block has nothing to do (no rows left for its tile). Broken device preconditions are flagged
   // in p.status (PrefillArgs).
   __device__ bool init(const PrefillParams& p, unsigned tile_tokens) {
@@ -218,6 +228,8 @@ struct BlockRange {
     kend = static_cast<std::uint32_t>(min(last_end, static_cast<std::uint64_t>(eb)));
     hb = p.heads_per_block;
     slot0 = (static_cast<std::uint64_t>(seq) * p.kv_heads + kvh) * p.capacity;
+    keys_beyond_plan = p.folded_keys != nullptr && kend > std::uint64_t{p.fold_tiles} * tile_tokens;
+    if (keys_beyond_plan) kend = 0;
     ntiles = (kend + tile_tokens - 1u) / tile_tokens;
     return true;
   }
@@ -340,11 +352,13 @@ __device__ inline void finish_rows(const PrefillParams& p, const Tables& t, cons
     const std::uint32_t qh = b.kvh * p.group + b.hg * b.hb + hl;
     const std::uint64_t grow = b.row_base + b.tok0 + tl;
     const std::uint64_t pos = static_cast<std::uint64_t>(b.first) + b.tok0 + tl;
-    if (b.bad_sequence || pos >= b.length) {  // a broken device precondition (PrefillArgs): loud, not short
+    if (b.bad_sequence || b.keys_beyond_plan || pos >= b.length) {  // a broken device precondition: loud, not short
       float* out = p.output + (grow * p.q_heads + qh) * D;
       for (unsigned j = lane; j < D; j += 32) out[j] = __int_as_float(0x7fc00000);
       if (lane == 0 && p.status != nullptr) {
-        atomicOr(p.status, b.bad_sequence ? kStatusBadSequence : kStatusPositionBeyondLength);
+        atomicOr(p.status, b.bad_sequence       ? kStatusBadSequence
+                           : b.keys_beyond_plan ? kStatusKeysBeyondPlan
+                                                : kStatusPositionBeyondLength);
       }
       continue;
     }

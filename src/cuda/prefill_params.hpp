@@ -15,6 +15,7 @@ namespace kvcompact::cuda::tq::detail {
 inline constexpr std::uint32_t kStatusBadSequence = 1u;
 inline constexpr std::uint32_t kStatusRowsBeyondPlan = 2u;
 inline constexpr std::uint32_t kStatusPositionBeyondLength = 4u;
+inline constexpr std::uint32_t kStatusKeysBeyondPlan = 8u;
 
 struct PrefillParams {
   const std::uint8_t* layer;
@@ -46,6 +47,12 @@ struct PrefillParams {
   std::uint32_t* counters;
   std::uint32_t key_code_bits, value_bits, qjl, split_p;
   std::uint32_t wgmma;  // 1: the warpgroup-MMA kernel (tq_prefill_wgmma.cu), 0: the mma.sync one (tq_prefill.cu)
+  // Folded QJL keys (warpgroup kernel, Fast precision; prefill_fold.cu): fold_qjl_keys writes every key tile an
+  // entry's blocks read, α·k̂ = α·(c + ρ·qjl_scale·R_j⁻¹σ) as an fp16 tile and an e4m3 tile of its cross terms
+  // (kFoldedTileBytes below), at folded_keys + ((entry · kv_heads + kvh) · fold_tiles + tile) · kFoldedTileBytes,
+  // and the kernel copies those instead of dequantising the key codes and signs. Null otherwise.
+  std::uint8_t* folded_keys;
+  std::uint32_t fold_tiles;  // key tiles per (entry, KV head) in folded_keys: ⌈max_length / 64⌉
   std::uint32_t kc_bytes, ks_bytes, vc_bytes;  // packed bytes per token of key codes, key signs, value codes
   float scale_log2;  // softmax scale · log2(e)
 };
@@ -62,14 +69,29 @@ int prefill_blocks_per_sm(std::uint32_t head_dim, bool qjl, bool split_p);
 // The fused prefill kernel on `stream` (p.wgmma picks which); grid (tiles, kv_heads · head_groups, batch).
 cudaError_t launch_prefill(const PrefillParams& p, cudaStream_t stream);
 
-// The warpgroup-MMA kernel (tq_prefill_wgmma.cu, sm_90a): head_dim 128; 192 rows per block for MSE keys, 128
-// for QJL keys.
+// The warpgroup-MMA kernel (tq_prefill_wgmma.cu, sm_90a): head_dim 128; 192 rows per block for MSE keys and
+// folded QJL keys, 128 for QJL keys read from their codes and signs (qjl_block: the two-consumer instance).
 bool prefill_wgmma_supported(std::uint32_t head_dim, bool qjl);
-std::uint32_t prefill_wgmma_block_rows(bool qjl);
-cudaError_t prepare_prefill_wgmma(bool qjl, bool split_p);
-int prefill_wgmma_blocks_per_sm(bool qjl, bool split_p);
+std::uint32_t prefill_wgmma_block_rows(bool qjl_block);
+cudaError_t prepare_prefill_wgmma(bool qjl_block, bool split_p, bool folded);
+int prefill_wgmma_blocks_per_sm(bool qjl_block, bool split_p, bool folded);
 cudaError_t launch_prefill_wgmma(const PrefillParams& p, cudaStream_t stream);
 // Floats of one split's partial in the workspace (block rows x d outputs, then the rows' maxima and sums).
-std::uint32_t prefill_wgmma_partial_floats(bool qjl);
+std::uint32_t prefill_wgmma_partial_floats(bool qjl_block);
+// One folded key tile (64 tokens): the SW128 fp16 tile of K_hi = fp16(α·k̂), then the SW128 e4m3 tile of
+// [K_lo · kFoldKloScale | K_hi · kFoldKhiScale] (K_lo = α·k̂ − K_hi; 256 codes per token, laid out as an fp16
+// tile of 128 columns), for the cross terms Q_hi·K_lo + Q_lo·K_hi as one FP8 product against the queries'
+// [Q_hi · kFoldQhiScale | Q_lo · kFoldQloScale] (docs/cuda-prefill.md, "Folded QJL keys"). The scales are powers
+// of two with both products scaled by kFoldCrossScale (exact); they keep every operand inside e4m3's range for
+// queries scaled to 2^10 and |α·k̂| ≤ 112 (satfinite clamps beyond).
+inline constexpr std::uint32_t kFoldedHalfTileBytes = 64u * 128u * 2u;
+inline constexpr std::uint32_t kFoldedTileBytes = 2u * kFoldedHalfTileBytes;
+inline constexpr float kFoldQhiScale = 0.25f, kFoldQloScale = 256.0f, kFoldKloScale = 4096.0f, kFoldKhiScale = 4.0f;
+inline constexpr float kFoldCrossScale = 1024.0f;
+static_assert(kFoldQhiScale * kFoldKloScale == kFoldCrossScale && kFoldQloScale * kFoldKhiScale == kFoldCrossScale,
+              "both cross products in the same units");
+// The pass that writes the tiles (prefill_fold.cu; grid (fold_tiles, kv_heads, batch), before the prefill kernel
+// on the same stream).
+cudaError_t launch_fold_qjl_keys(const PrefillParams& p, cudaStream_t stream);
 
 }  // namespace kvcompact::cuda::tq::detail

@@ -27,7 +27,20 @@ std::uint64_t key_tiles(const PrefillPlan& plan) { return (std::uint64_t{plan.ma
 // Floats of one split's partial in the workspace (the block's rows of outputs, then their maxima and sums); the
 // workspace holds query_tiles(plan, max_batch) · key_splits partials, then one counter per query tile.
 std::uint64_t partial_floats(const PrefillPlan& plan) {
-  return detail::prefill_wgmma_partial_floats(plan.config.has_qjl());
+  return detail::prefill_wgmma_partial_floats(plan.config.has_qjl() && !plan.folded_keys);
+}
+// Bytes of the partials and counters (0 without a key split); the folded key tiles follow at this offset rounded
+// up to 256 bytes.
+std::uint64_t split_bytes(const PrefillPlan& plan) {
+  if (plan.key_splits <= 1) return 0;
+  const std::uint64_t units = query_tiles(plan, plan.max_batch);
+  return units * plan.key_splits * partial_floats(plan) * 4u + units * 4u;  // partials, then counters
+}
+std::uint64_t fold_offset(const PrefillPlan& plan) { return (split_bytes(plan) + 255u) / 256u * 256u; }
+std::uint64_t fold_bytes(const PrefillPlan& plan) {
+  return plan.folded_keys ? std::uint64_t{plan.max_batch} * plan.layout.kv_heads * key_tiles(plan) *
+                                detail::kFoldedTileBytes
+                          : 0u;
 }
 }  // namespace
 
@@ -72,14 +85,17 @@ Result<PrefillPlan> plan_prefill(const LayerLayout& layout, const kvcompact::tq:
     return make_error(ErrorCode::OutOfRange, "max_rows {} exceeds max_length {} (query rows need stored keys)",
                       max_rows, max_length);
   }
-  const std::uint32_t block_rows =
-      use_wgmma ? detail::prefill_wgmma_block_rows(qjl) : detail::prefill_block_rows(layout.head_dim, qjl);
+  // QJL keys fold into fp16 key tiles on the warpgroup kernel in Fast precision (one S product, the MSE block).
+  const bool folded = qjl && use_wgmma && precision == PrefillPrecision::Fast;
+  const std::uint32_t block_rows = use_wgmma ? detail::prefill_wgmma_block_rows(qjl && !folded)
+                                             : detail::prefill_block_rows(layout.head_dim, qjl);
   const std::uint32_t group = q_heads / layout.kv_heads;
   PrefillPlan plan;
   plan.layout = layout;
   plan.config = config;
   plan.precision = precision;
   plan.kernel = use_wgmma ? PrefillKernel::Warpgroup : PrefillKernel::Portable;
+  plan.folded_keys = folded;
   plan.q_heads = q_heads;
   plan.max_rows = max_rows;
   plan.max_length = max_length;
@@ -101,8 +117,8 @@ Result<PrefillPlan> plan_prefill(const LayerLayout& layout, const kvcompact::tq:
   plan.tiles = static_cast<std::uint32_t>(tiles);
   const bool split_p = precision == PrefillPrecision::HiLo;
   if (use_wgmma) {
-    KVC_CUDA_TRY(detail::prepare_prefill_wgmma(qjl, split_p));
-    plan.blocks_per_sm = detail::prefill_wgmma_blocks_per_sm(qjl, split_p);
+    KVC_CUDA_TRY(detail::prepare_prefill_wgmma(qjl && !folded, split_p, folded));
+    plan.blocks_per_sm = detail::prefill_wgmma_blocks_per_sm(qjl && !folded, split_p, folded);
   } else {
     KVC_CUDA_TRY(detail::prepare_prefill(layout.head_dim, qjl, split_p));
     plan.blocks_per_sm = detail::prefill_blocks_per_sm(layout.head_dim, qjl, split_p);
@@ -139,16 +155,13 @@ Result<PrefillPlan> with_key_splits(const PrefillPlan& plan, std::uint32_t key_s
   }
   PrefillPlan out = plan;
   out.key_splits = key_splits;
-  out.workspace_bytes = 0;
-  if (key_splits > 1) {
-    const std::uint64_t units = query_tiles(out, out.max_batch);
-    out.workspace_bytes = units * key_splits * partial_floats(out) * 4u + units * 4u;  // partials, then counters
-  }
+  out.workspace_bytes = out.folded_keys ? fold_offset(out) + fold_bytes(out) : split_bytes(out);
   return out;
 }
 
 static_assert(detail::kStatusBadSequence == kPrefillBadSequence && detail::kStatusRowsBeyondPlan == kPrefillRowsBeyondPlan &&
-                  detail::kStatusPositionBeyondLength == kPrefillPositionBeyondLength,
+                  detail::kStatusPositionBeyondLength == kPrefillPositionBeyondLength &&
+                  detail::kStatusKeysBeyondPlan == kPrefillKeysBeyondPlan,
               "the kernels' status bits and the public ones");
 
 Status prefill_attention(const PrefillPlan& plan, const DeviceCodec& codec, const void* layer_data,
@@ -215,12 +228,17 @@ Status prefill_attention(const PrefillPlan& plan, const DeviceCodec& codec, cons
   const float scale = args.scale != 0.0f ? args.scale : 1.0f / std::sqrt(static_cast<float>(layout.head_dim));
   p.scale_log2 = scale * 1.4426950408889634f;
   p.key_splits = plan.key_splits;
+  if (plan.folded_keys) {
+    p.folded_keys = static_cast<std::uint8_t*>(workspace) + fold_offset(plan);
+    p.fold_tiles = static_cast<std::uint32_t>(key_tiles(plan));
+  }
   if (plan.key_splits > 1) {
     p.partials = static_cast<float*>(workspace);
     const std::uint64_t partial_total = query_tiles(plan, plan.max_batch) * plan.key_splits * partial_floats(plan);
     p.counters = reinterpret_cast<std::uint32_t*>(p.partials + partial_total);
     KVC_CUDA_TRY(cudaMemsetAsync(p.counters, 0, query_tiles(plan, args.batch) * 4u, static_cast<cudaStream_t>(stream)));
   }
+  if (plan.folded_keys) KVC_CUDA_TRY(detail::launch_fold_qjl_keys(p, static_cast<cudaStream_t>(stream)));
   KVC_CUDA_TRY(detail::launch_prefill(p, static_cast<cudaStream_t>(stream)));
   return ok_status();
 }

@@ -19,6 +19,10 @@
 //     slower at 32K, one producer then feeding only 128 rows.)
 //   - with a key split (PrefillParams::key_splits > 1) the blocks of one query tile each take a part of its key
 //     tiles; the last to finish merges their partials (merge_key_splits) before the epilogue.
+//   - folded QJL keys (FOLDED; Fast precision): prefill_fold.cu has written each key tile as fp16 α·k̂ with the QJL
+//     part inside, plus an e4m3 tile of the cross terms' keys, so the MSE block runs them (two stages), its
+//     producer bulk-copying both tiles instead of dequantising keys, its consumers computing S as one FP8 product
+//     (Q_hi·K_lo + Q_lo·K_hi) plus Q_hi·K_hi, with the e4m3 query operand where Q_lo was.
 // docs/cuda-prefill.md describes both kernels; prefill_device.cuh holds their shared pieces.
 #include <cuda_fp16.h>
 
@@ -70,11 +74,12 @@ constexpr unsigned kTileBlock = kBN * 128;    // bytes of one 64-column block of
 constexpr unsigned kProducerBarrier = 1, kConsumerBarrier = 2, kQjlLoBarrier = 3;
 
 // The block's shape: MSE keys take KVC_PREFILL_WS_CONSUMERS (3) consumers and KVC_PREFILL_WS_STAGES (3) stages;
-// QJL keys two of each, for their QJL query matrix and sign tiles.
-template <bool QJL>
+// QJL keys two of each, for their QJL query matrix and sign tiles; folded QJL keys (FOLDED) three consumers and
+// two stages, for the FP8 tile beside each stage's key tile.
+template <bool QJL, bool FOLDED = false>
 struct Ws {
   static constexpr unsigned kConsumers = QJL ? 2u : KVC_PREFILL_WS_CONSUMERS;
-  static constexpr unsigned kStages = QJL ? 2u : KVC_PREFILL_WS_STAGES;
+  static constexpr unsigned kStages = QJL || FOLDED ? 2u : KVC_PREFILL_WS_STAGES;
   // setmaxnreg: three consumers need it (512 threads: 128 registers each at launch); two (QJL) take it for the 32
   // registers of their QJL lo fragments: 80 for the producer, 208 for the consumers. A move can only hand out
   // the registers the block got at launch (kLaunchRegs per thread, what ptxas allots under the launch bound):
@@ -84,8 +89,9 @@ struct Ws {
   static constexpr unsigned kConsumerRegs = QJL ? 208u : kMseConsumerRegs;
   // MSE keys: Q_lo's first kQloRegSteps k-steps (of 8) are A fragments in the consumers' registers (RS MMAs), the
   // rest are read from shared memory like Q_hi (the wgmma operand reads are ≈ 58 % of the shared-memory
-  // wavefronts, the busiest unit: docs/cuda-prefill.md). QJL keys keep their registers for the QJL lo part.
-  static constexpr int kQloRegSteps = QJL ? 0 : KVC_PREFILL_WS_QLO_REG_STEPS;
+  // wavefronts, the busiest unit: docs/cuda-prefill.md). QJL keys keep their registers for the QJL lo part;
+  // folded keys run no fp16 Q_lo product (their cross terms are one FP8 product from shared memory).
+  static constexpr int kQloRegSteps = QJL || FOLDED ? 0 : KVC_PREFILL_WS_QLO_REG_STEPS;
   static constexpr unsigned kConsumerThreads = 128 * kConsumers;
   static constexpr unsigned kThreads = kConsumerThreads + kProducerThreads;  // the producer is the last warpgroup
   static constexpr unsigned kLaunchRegs = (65536 / kThreads) & ~7u;
@@ -113,15 +119,26 @@ struct QjlArea<true> {
   std::uint8_t sg[Ws<true>::kStages][kTileBytes];
 };
 
-template <bool QJL>
+// Folded keys only: each stage's FP8 tile (the cross terms' keys, prefill_params.hpp).
+template <bool FOLDED>
+struct FoldArea {};
+template <>
+struct FoldArea<true> {
+  alignas(1024) std::uint8_t k8[Ws<false, true>::kStages][kTileBytes];
+};
+
+// (Folded keys: qlo holds the queries' FP8 operand [Q_hi · kFoldQhiScale | Q_lo · kFoldQloScale] instead, 256
+// e4m3 codes per row in the fp16 layout of 128 columns.)
+template <bool QJL, bool FOLDED = false>
 struct Smem {
-  using W = Ws<QJL>;
+  using W = Ws<QJL, FOLDED>;
   using Staged = StageLayout<D, QJL, kBN>;
   std::uint8_t qhi[W::kQBytes];  // 1024-byte aligned (the struct is placed so); with qlo, the epilogue rows after
   std::uint8_t qlo[W::kQBytes];  //   the main loop (kRows x 128 floats)
   std::uint8_t k[W::kStages][kTileBytes];
   std::uint8_t v[W::kStages][kTileBytes];
   QjlArea<QJL> jl;
+  FoldArea<FOLDED> fold;
   alignas(16) std::uint8_t packed[2][Staged::bytes];  // the producer's staging buffers (bulk copies)
   float kscale[W::kStages][kBN];  // key norms of a stage's tokens (0 past the tile's end)
   float vfac[W::kStages][kBN];    // n_v / R · 2^15 (0 past the tile's end)
@@ -139,27 +156,29 @@ struct Smem {
   uint2 sign_mask[16];
 };
 // The QJL area's buffers (QJL keys only).
-template <bool QJL>
-__device__ __forceinline__ std::uint8_t* sm_qjl(Smem<QJL>& sm) {
+template <bool QJL, bool FOLDED>
+__device__ __forceinline__ std::uint8_t* sm_qjl(Smem<QJL, FOLDED>& sm) {
   if constexpr (QJL) {
     return sm.jl.q;
   } else {
     return nullptr;
   }
 }
-template <bool QJL>
-__device__ __forceinline__ std::uint8_t* sm_sign_tiles(Smem<QJL>& sm) {
+template <bool QJL, bool FOLDED>
+__device__ __forceinline__ std::uint8_t* sm_sign_tiles(Smem<QJL, FOLDED>& sm) {
   if constexpr (QJL) {
     return sm.jl.sg[0];
   } else {
     return nullptr;
   }
 }
-template <bool QJL>
+template <bool QJL, bool FOLDED = false>
 constexpr unsigned smem_bytes() {
-  return sizeof(Smem<QJL>) + 1024;  // + alignment slack
+  return sizeof(Smem<QJL, FOLDED>) + 1024;  // + alignment slack
 }
-static_assert(smem_bytes<false>() <= 227 * 1024 && smem_bytes<true>() <= 227 * 1024, "one block per multiprocessor");
+static_assert(smem_bytes<false>() <= 227 * 1024 && smem_bytes<true>() <= 227 * 1024 &&
+                  smem_bytes<false, true>() <= 227 * 1024,
+              "one block per multiprocessor");
 static_assert(2 * Ws<false>::kQBytes >= Ws<false>::kRows * D * 4 && 2 * Ws<true>::kQBytes >= Ws<true>::kRows * D * 4,
               "the epilogue rows fit in the query area");
 static_assert(StageLayout<D, false, kBN>::bytes % 16 == 0 && StageLayout<D, true, kBN>::bytes % 16 == 0,
@@ -213,11 +232,13 @@ __device__ __forceinline__ void sign_tile(unsigned pt, std::uint8_t* tile, const
 // Copies the packed bytes of tokens [first, first + cnt) of every region into a staging buffer: one bulk copy per
 // region (region_copy's 16-byte chunks), issued by one producer thread and counted on the buffer's mbarrier.
 // (Per-thread 16-byte cp.async, the form before, wrote shared memory at 3.5× its ideal wavefronts in the profile.)
-template <bool QJL>
+// Folded keys (FOLDED) take no key codes: their fp16 tiles come from the fold pass (prefill_fold.cu).
+template <bool QJL, bool FOLDED = false>
 __device__ __forceinline__ void copy_tile(const PrefillParams& p, std::uint8_t* base, std::uint64_t first,
                                           std::uint32_t cnt, std::uint64_t* bar) {
   const Stage<D, QJL, kBN> s(base);
-  const RegionCopy kc = region_copy(p.layer + p.key_codes, first, cnt, p.kc_bytes);
+  RegionCopy kc{nullptr, 0u};
+  if constexpr (!FOLDED) kc = region_copy(p.layer + p.key_codes, first, cnt, p.kc_bytes);
   const RegionCopy kn = region_copy(p.layer + p.key_norms, first, cnt, 4u);
   const RegionCopy vc = region_copy(p.layer + p.value_codes, first, cnt, p.vc_bytes);
   const RegionCopy vn = region_copy(p.layer + p.value_norms, first, cnt, 4u);
@@ -227,7 +248,7 @@ __device__ __forceinline__ void copy_tile(const PrefillParams& p, std::uint8_t* 
     kr = region_copy(p.layer + p.key_rho, first, cnt, 2u);
   }
   mbar_arrive_expect_tx(bar, kc.bytes + ks.bytes + kr.bytes + kn.bytes + vc.bytes + vn.bytes);
-  bulk_copy(s.kc, kc.src, kc.bytes, bar);
+  if constexpr (!FOLDED) bulk_copy(s.kc, kc.src, kc.bytes, bar);
   if constexpr (QJL) {
     bulk_copy(s.ks, ks.src, ks.bytes, bar);
     bulk_copy(s.kr, kr.src, kr.bytes, bar);
@@ -275,10 +296,9 @@ __device__ __forceinline__ void p_fragment(const float (&pw)[32], unsigned ks, s
 // softmax in log2 units) are in obuf / row_m / row_l: writes them as this split's partial, counts the split in
 // and returns false, except in the last split to finish, which merges every split's partial in split order
 // (so the result does not depend on which finished last) into obuf / row_m / row_l and returns true.
-template <bool QJL>
+template <typename W>
 __device__ bool merge_key_splits(const PrefillParams& p, unsigned split, float* obuf, float* row_m, float* row_l,
                                  std::uint32_t& merge_flag) {
-  using W = Ws<QJL>;
   constexpr unsigned kRows = W::kRows, kConsumerThreads = W::kConsumerThreads, kPartialFloats = W::kPartialFloats;
   const unsigned tid = threadIdx.x;
   const std::uint64_t unit = (static_cast<std::uint64_t>(blockIdx.z) * gridDim.y + blockIdx.y) * p.tiles +
@@ -331,16 +351,20 @@ __device__ bool merge_key_splits(const PrefillParams& p, unsigned split, float* 
   return true;
 }
 
-template <bool SPLITP, bool QJL>
-__global__ void __launch_bounds__(Ws<QJL>::kThreads, 1) prefill_wgmma_kernel(PrefillParams p) {
-  using W = Ws<QJL>;
+// FOLDED (MSE block shape, QJL=false): the keys are QJL keys folded into fp16 tiles by fold_qjl_keys
+// (prefill_fold.cu); the producer bulk-copies each tile into its stage (counted on the stage's full barrier) in
+// place of the key dequantisation.
+template <bool SPLITP, bool QJL, bool FOLDED = false>
+__global__ void __launch_bounds__(Ws<QJL, FOLDED>::kThreads, 1) prefill_wgmma_kernel(PrefillParams p) {
+  static_assert(!(QJL && FOLDED), "folded QJL keys run on the MSE block");
+  using W = Ws<QJL, FOLDED>;
   constexpr unsigned kConsumers = W::kConsumers, kStages = W::kStages, kThreads = W::kThreads, kRows = W::kRows;
   constexpr unsigned kWarps = W::kWarps, kConsumerWarps = W::kConsumerWarps, kConsumerThreads = W::kConsumerThreads;
   constexpr unsigned kQBlock = W::kQBlock;
   constexpr bool kMoveRegisters = W::kMoveRegisters;
   static_assert(kConsumers * 64 == kRows, "64 rows per consumer warpgroup");
   extern __shared__ std::uint8_t smem_raw[];
-  Smem<QJL>& sm = *reinterpret_cast<Smem<QJL>*>(
+  Smem<QJL, FOLDED>& sm = *reinterpret_cast<Smem<QJL, FOLDED>*>(
       smem_raw + ((1024u - (static_cast<unsigned>(__cvta_generic_to_shared(smem_raw)) & 1023u)) & 1023u));
   const Tables& t = *p.tables;
   const unsigned tid = threadIdx.x, lane = tid % 32, warp = tid / 32, x = tid / 128;
@@ -364,8 +388,8 @@ __global__ void __launch_bounds__(Ws<QJL>::kThreads, 1) prefill_wgmma_kernel(Pre
     mbar_init(&sm.staged[0], 1);
     mbar_init(&sm.staged[1], 1);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-    if (ntiles > 0) copy_tile<QJL>(p, sm.packed[0], slot0, tile_tokens(0), &sm.staged[0]);
-    if (ntiles > 1) copy_tile<QJL>(p, sm.packed[1], slot0 + kBN, tile_tokens(1), &sm.staged[1]);
+    if (ntiles > 0) copy_tile<QJL, FOLDED>(p, sm.packed[0], slot0, tile_tokens(0), &sm.staged[0]);
+    if (ntiles > 1) copy_tile<QJL, FOLDED>(p, sm.packed[1], slot0 + kBN, tile_tokens(1), &sm.staged[1]);
   }
   for (unsigned r = tid; r < kRows; r += kThreads) sm.row_limit[r] = blk.row_limit(r, p);
   fill_pair_table<kThreads>(sm.pair_k, p.key_code_bits, t.key_lut_scale, t.key_centroids);
@@ -398,7 +422,19 @@ __global__ void __launch_bounds__(Ws<QJL>::kThreads, 1) prefill_wgmma_kernel(Pre
           }
         }
         *reinterpret_cast<std::uint32_t*>(sm.qhi + off) = h ^ neg;
-        *reinterpret_cast<std::uint32_t*>(sm.qlo + off) = l ^ neg;
+        if constexpr (FOLDED) {
+          // The FP8 operand: Q_hi and Q_lo of columns j, j + 1 (scaled) at byte columns j, j + 1 and 128 + j, + 1,
+          // i.e. the fp16 layout's columns j / 2 and 64 + j / 2.
+          const float2 qh = __half22float2(*reinterpret_cast<const __half2*>(&h));
+          const float2 ql = __half22float2(*reinterpret_cast<const __half2*>(&l));
+          const float sg = neg != 0u ? -1.0f : 1.0f;
+          *reinterpret_cast<std::uint16_t*>(sm.qlo + sw128_offset(r, j / 2, kRows)) =
+              e4m3x2_of(sg * qh.x * kFoldQhiScale, sg * qh.y * kFoldQhiScale);
+          *reinterpret_cast<std::uint16_t*>(sm.qlo + sw128_offset(r, 64 + j / 2, kRows)) =
+              e4m3x2_of(sg * ql.x * kFoldQloScale, sg * ql.y * kFoldQloScale);
+        } else {
+          *reinterpret_cast<std::uint32_t*>(sm.qlo + off) = l ^ neg;
+        }
       });
   fence_shared_for_async();
   __syncthreads();  // queries, tables, row limits and the mbarriers are ready
@@ -417,8 +453,23 @@ __global__ void __launch_bounds__(Ws<QJL>::kThreads, 1) prefill_wgmma_kernel(Pre
       const Stage<D, QJL, kBN> s(sm.packed[buf]);
       const std::uint64_t first = slot0 + i * kBN;
       const std::uint32_t cnt = tile_tokens(i);
-      dequant_tile<1, 5>(pt, sm.k[stage], staged_row0(s.kc, p.layer + p.key_codes, first, p.kc_bytes),
-                         p.key_code_bits, sm.pair_k);
+      if constexpr (FOLDED) {
+        // The folded tile lands in the stage while the value tile is dequantised; the full barrier counts its
+        // bytes besides the producer's arrivals. (The consumers released the stage: its last reads are done.)
+        if (pt == 0) {
+          mbar_expect_tx(&sm.full[stage], kFoldedTileBytes);
+          const std::uint64_t fold_tile =
+              (static_cast<std::uint64_t>(blk.entry) * p.kv_heads + blk.kvh) * p.fold_tiles + tbeg + i;
+          const std::uint8_t* src = p.folded_keys + fold_tile * kFoldedTileBytes;
+          bulk_copy(sm.k[stage], src, kFoldedHalfTileBytes, &sm.full[stage]);
+          if constexpr (FOLDED) {
+            bulk_copy(sm.fold.k8[stage], src + kFoldedHalfTileBytes, kFoldedHalfTileBytes, &sm.full[stage]);
+          }
+        }
+      } else {
+        dequant_tile<1, 5>(pt, sm.k[stage], staged_row0(s.kc, p.layer + p.key_codes, first, p.kc_bytes),
+                           p.key_code_bits, sm.pair_k);
+      }
       dequant_tile<2, 4>(pt, sm.v[stage], staged_row0(s.vc, p.layer + p.value_codes, first, p.vc_bytes),
                          p.value_bits, sm.pair_v);
       if constexpr (QJL) {
@@ -448,7 +499,7 @@ __global__ void __launch_bounds__(Ws<QJL>::kThreads, 1) prefill_wgmma_kernel(Pre
       mbar_arrive(&sm.full[stage]);  // (release: the stage's fp16 tiles and factors, and r_final)
       named_barrier(kProducerBarrier, kProducerThreads);  // everybody is done reading packed[buf]
       if (pt == 0 && i + 2 < ntiles) {
-        copy_tile<QJL>(p, sm.packed[buf], first + 2 * kBN, tile_tokens(i + 2), &sm.staged[buf]);
+        copy_tile<QJL, FOLDED>(p, sm.packed[buf], first + 2 * kBN, tile_tokens(i + 2), &sm.staged[buf]);
       }
     }
     return;
@@ -512,9 +563,28 @@ __global__ void __launch_bounds__(Ws<QJL>::kThreads, 1) prefill_wgmma_kernel(Pre
 
     // ---- S = Q_hi Kᵀ + Q_lo Kᵀ (64 rows x 64 tokens per warpgroup), k-step s = dims 16 s ...
     float s[32];
+    // Folded keys: first the cross terms Q_hi·K_lo + Q_lo·K_hi as one FP8 product (K = 256 codes: eight k-steps of
+    // 32, the same byte offsets as the fp16 ones) on their own (FP8 MMAs accumulate with fewer bits, so the large
+    // terms must not pass through them), scaled back exactly, then the fp16 product Q_hi·K_hi added to them. (A
+    // second accumulator for the cross terms would leave the consumers too few registers: ptxas serialises the
+    // wgmma, C7512.)
+    if constexpr (FOLDED) {
+      const GmmaDesc desc_q8 = sw128_descriptor(sm.qlo + 64 * x * 128, 16, 1024);
+      const GmmaDesc desc_k8 = sw128_descriptor(sm.fold.k8[0], 16, 1024);
+      wgmma_fence();
+#pragma unroll
+      for (unsigned ks = 0; ks < D / 16; ++ks) {
+        const unsigned qcol = (ks / 4) * kQBlock + (ks % 4) * 32, kcol = (ks / 4) * kTileBlock + (ks % 4) * 32;
+        wgmma_m64n64k32_e4m3_ss(s, desc_q8.at(qcol), desc_k8.at(stage * kTileBytes + kcol), ks > 0);
+      }
+      wgmma_commit();
+      wgmma_wait<0>();
+#pragma unroll
+      for (unsigned i = 0; i < 32; ++i) s[i] *= 1.0f / kFoldCrossScale;
+    }
     wgmma_fence();
     // Q_lo's MMA of k-step ks (from registers for its first kQloRegSteps steps).
-    auto lo_step = [&](unsigned ks) {
+    [[maybe_unused]] auto lo_step = [&](unsigned ks) {
       const unsigned qcol = (ks / 4) * kQBlock + (ks % 4) * 32, kcol = (ks / 4) * kTileBlock + (ks % 4) * 32;
       const int rs = static_cast<int>(ks);  // (the loops are unrolled: one of the two MMAs is compiled per step)
       if (rs < kQloRegSteps) {
@@ -528,10 +598,10 @@ __global__ void __launch_bounds__(Ws<QJL>::kThreads, 1) prefill_wgmma_kernel(Pre
 #pragma unroll
     for (unsigned ks = 0; ks < D / 16; ++ks) {
       const unsigned qcol = (ks / 4) * kQBlock + (ks % 4) * 32, kcol = (ks / 4) * kTileBlock + (ks % 4) * 32;
-      wgmma_m64n64k16_ss<0>(s, desc_qhi.at(qcol), desc_k.at(stage * kTileBytes + kcol), ks > 0);
+      wgmma_m64n64k16_ss<0>(s, desc_qhi.at(qcol), desc_k.at(stage * kTileBytes + kcol), FOLDED || ks > 0);
       if constexpr (QJL) lo_step(ks);
     }
-    if constexpr (!QJL) {
+    if constexpr (!QJL && !FOLDED) {
 #pragma unroll
       for (unsigned ks = 0; ks < D / 16; ++ks) lo_step(ks);
     }
@@ -656,7 +726,7 @@ __global__ void __launch_bounds__(Ws<QJL>::kThreads, 1) prefill_wgmma_kernel(Pre
     }
   }
   named_barrier(kConsumerBarrier, kConsumerThreads);
-  if (splits > 1 && !merge_key_splits<QJL>(p, split, obuf, sm.row_m, sm.row_l, sm.merge_flag)) return;
+  if (splits > 1 && !merge_key_splits<W>(p, split, obuf, sm.row_m, sm.row_l, sm.merge_flag)) return;
   finish_rows<D, kConsumerWarps, kRows>(p, t, blk, obuf, sm.row_m, sm.row_l);
 }
 
@@ -667,24 +737,36 @@ struct WsKernel {
   unsigned threads, smem, moved_registers;
 };
 template <bool QJL>
-WsKernel ws_kernel_of(bool split_p) {
+WsKernel ws_kernel_of(bool split_p, bool folded) {
   using W = Ws<QJL>;
-  return {split_p ? prefill_wgmma_kernel<true, QJL> : prefill_wgmma_kernel<false, QJL>, W::kThreads,
-          smem_bytes<QJL>(),
+  void (*fn)(PrefillParams) = split_p ? prefill_wgmma_kernel<true, QJL> : prefill_wgmma_kernel<false, QJL>;
+  unsigned smem = smem_bytes<QJL>();
+  if constexpr (!QJL) {
+    // Folded QJL keys: Fast precision only (HiLo keeps the exact sign tiles); the host never asks for HiLo. (The
+    // folded block moves the same registers as the MSE one.)
+    if (folded) {
+      fn = prefill_wgmma_kernel<false, false, true>;
+      smem = smem_bytes<false, true>();
+    }
+  }
+  return {fn, W::kThreads, smem,
           W::kMoveRegisters ? 128u * (W::kConsumers * W::kConsumerRegs + W::kProducerRegs) : 0u};
 }
-WsKernel ws_kernel(bool qjl, bool split_p) { return qjl ? ws_kernel_of<true>(split_p) : ws_kernel_of<false>(split_p); }
+// qjl_block: the two-consumer instance for QJL keys read from codes and signs; folded QJL keys run on the MSE block.
+WsKernel ws_kernel(bool qjl_block, bool split_p, bool folded) {
+  return qjl_block ? ws_kernel_of<true>(split_p, false) : ws_kernel_of<false>(split_p, folded);
+}
 
 }  // namespace
 
 bool prefill_wgmma_supported(std::uint32_t head_dim, bool) { return head_dim == D; }
-std::uint32_t prefill_wgmma_block_rows(bool qjl) { return qjl ? Ws<true>::kRows : Ws<false>::kRows; }
-std::uint32_t prefill_wgmma_partial_floats(bool qjl) {
-  return qjl ? Ws<true>::kPartialFloats : Ws<false>::kPartialFloats;
+std::uint32_t prefill_wgmma_block_rows(bool qjl_block) { return qjl_block ? Ws<true>::kRows : Ws<false>::kRows; }
+std::uint32_t prefill_wgmma_partial_floats(bool qjl_block) {
+  return qjl_block ? Ws<true>::kPartialFloats : Ws<false>::kPartialFloats;
 }
 
-cudaError_t prepare_prefill_wgmma(bool qjl, bool split_p) {
-  const WsKernel k = ws_kernel(qjl, split_p);
+cudaError_t prepare_prefill_wgmma(bool qjl_block, bool split_p, bool folded) {
+  const WsKernel k = ws_kernel(qjl_block, split_p, folded);
   // The setmaxnreg moves can only redistribute the registers the block gets at launch; were the compiled count
   // lower than Ws::kLaunchRegs assumes, the consumers' increase would wait forever. Refuse that instead.
   cudaFuncAttributes attr{};
@@ -694,8 +776,8 @@ cudaError_t prepare_prefill_wgmma(bool qjl, bool split_p) {
   return cudaFuncSetAttribute(k.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(k.smem));
 }
 
-int prefill_wgmma_blocks_per_sm(bool qjl, bool split_p) {
-  const WsKernel k = ws_kernel(qjl, split_p);
+int prefill_wgmma_blocks_per_sm(bool qjl_block, bool split_p, bool folded) {
+  const WsKernel k = ws_kernel(qjl_block, split_p, folded);
   int blocks = 0;
   if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, k.fn, static_cast<int>(k.threads), k.smem) !=
       cudaSuccess) {
@@ -707,7 +789,8 @@ int prefill_wgmma_blocks_per_sm(bool qjl, bool split_p) {
 
 cudaError_t launch_prefill_wgmma(const PrefillParams& p, cudaStream_t stream) {
   if (p.batch == 0 || p.tiles == 0) return cudaSuccess;
-  const WsKernel k = ws_kernel(p.qjl != 0, p.split_p != 0);
+  const bool folded = p.folded_keys != nullptr;
+  const WsKernel k = ws_kernel(p.qjl != 0 && !folded, p.split_p != 0, folded);
   const dim3 grid(p.tiles * p.key_splits, p.kv_heads * p.head_groups, p.batch);
   k.fn<<<grid, k.threads, k.smem, stream>>>(p);
   return cudaGetLastError();

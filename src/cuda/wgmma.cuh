@@ -99,6 +99,19 @@ __device__ __forceinline__ void wgmma_m64n64k16_ss(float (&d)[32], GmmaDesc a, G
       : "r"(a.lo), "r"(a.hi), "r"(b.lo), "r"(b.hi), "r"(accumulate ? 1 : 0), "n"(kTransB));
 }
 
+// d (64 x 64, f32) = (accumulate ? d : 0) + A (64 x 32 e4m3) * B (32 x 64 e4m3), both K-major (FP8 has no
+// transposed form). A k-step of 32 e4m3 codes is 32 bytes of a row, as a k-step of 16 fp16 values, so FP8
+// operands use the same SW128 layout and descriptor offsets as fp16 ones of half the width. Hopper's FP8 MMAs
+// accumulate with fewer bits than f32 (DeepSeek-V3's report: ≈ 14), so d should hold only small terms.
+__device__ __forceinline__ void wgmma_m64n64k32_e4m3_ss(float (&d)[32], GmmaDesc a, GmmaDesc b, bool accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\n.reg .b64 da, db;\nmov.b64 da, {%32, %33};\nmov.b64 db, {%34, %35};\n"
+      "setp.ne.b32 p, %36, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 " KVC_WGMMA_D32 ", da, db, p, 1, 1;\n}\n"
+      : KVC_WGMMA_D32_OPERANDS(d)
+      : "r"(a.lo), "r"(a.hi), "r"(b.lo), "r"(b.hi), "r"(accumulate ? 1 : 0));
+}
+
 // d (64 x 32, f32, 16 registers per thread) = (accumulate ? d : 0) + A (64 x 16) * B (16 x 32), both K-major.
 __device__ __forceinline__ void wgmma_m64n32k16_ss(float (&d)[16], GmmaDesc a, GmmaDesc b, bool accumulate) {
   asm volatile(

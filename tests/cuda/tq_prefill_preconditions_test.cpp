@@ -4,7 +4,8 @@
 // out of range (every row NaN, nothing read) and one with more rows than the plan's max_rows (the rows past it
 // untouched); PrefillArgs::status must carry the three flags, and every valid row must be within 1e-3 of the
 // float64 oracle. Then the valid entries alone: no flag, no NaN. Both kernels, the warpgroup one with and
-// without a key split, and the exact window. Skips without a CUDA device.
+// without a key split, and the exact window; and with folded QJL keys, rows that need keys past the plan's
+// max_length (NaN, kPrefillKeysBeyondPlan). Skips without a CUDA device.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -40,6 +41,9 @@ struct PreconditionCase {
   std::uint32_t window;
   PrefillKernel kernel;
   int multiprocessors;  // 1: no key split; large: as many splits as the keys allow (warpgroup kernel)
+  // The plan's max_length (0: the capacity). Below the device lengths, folded keys (QJL keys, Fast precision,
+  // warpgroup kernel) have no tiles for the keys past it: rows that need them are NaN (kPrefillKeysBeyondPlan).
+  std::uint32_t plan_length = 0;
 };
 
 DeviceBuffer upload_u32(const std::vector<std::uint32_t>& v) {
@@ -63,8 +67,8 @@ void check_preconditions(const PreconditionCase& c, std::uint64_t seed) {
   auto layer = testing::upload_layer(view);
   auto dlen = upload_u32(lengths);
   auto dbeg = upload_u32(std::vector<std::uint32_t>(view.window_begins, view.window_begins + lengths.size()));
-  auto plan = take(plan_prefill(*view.layout, config, q_heads, max_rows, capacity, c.multiprocessors,
-                                kDefaultPrefillPrecision, c.kernel, 4));
+  auto plan = take(plan_prefill(*view.layout, config, q_heads, max_rows, c.plan_length > 0 ? c.plan_length : capacity,
+                                c.multiprocessors, kDefaultPrefillPrecision, c.kernel, 4));
   auto ws = take(DeviceBuffer::allocate(std::max<std::uint64_t>(plan.workspace_bytes, 16)));
   const std::size_t row = std::size_t{q_heads} * d;
 
@@ -135,6 +139,14 @@ void check_preconditions(const PreconditionCase& c, std::uint64_t seed) {
       base += e.rows;
     }
   };
+  if (c.plan_length > 0) {
+    ASSERT_TRUE(plan.folded_keys);
+    // Entry 0 needs keys up to position 289, past the folded tiles of max_length 128: every row NaN; entry 1
+    // (keys below 90) is valid.
+    run({{0, 250, 40, 0}, {2, 50, 40, 40}}, kPrefillKeysBeyondPlan);
+    run({{2, 50, 40, 40}, {1, 20, max_rows, max_rows}}, 0u);
+    return;
+  }
   run({{0, 250, 40, 40},                      // valid
        {1, 180, 40, 20},                      // rows at positions 200..219 are beyond the length 200
        {7, 10, 10, 0},                        // sequence 7 does not exist
@@ -151,6 +163,8 @@ TEST(CudaPrefillPreconditions, BrokenDeviceValuesAreLoud) {
       {"k=mse4,v=mse3,nc", 0, PrefillKernel::Warpgroup, many},
       {"k=prod3,v=mse2", 16, PrefillKernel::Warpgroup, many},
       {"k=prod3,v=mse2", 16, PrefillKernel::Portable, 1},
+      {"k=prod3,v=mse2", 0, PrefillKernel::Warpgroup, 1, 128},     // folded keys, lengths past max_length
+      {"k=prod3,v=mse2", 16, PrefillKernel::Warpgroup, many, 128},
   };
   for (const PreconditionCase& c : cases) check_preconditions(c, fresh_seed());
 }

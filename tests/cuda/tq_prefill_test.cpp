@@ -305,7 +305,8 @@ TEST(CudaPrefill, MatchesTheFloat64OracleAcrossModesAndShapes) {
 // plan / run: prefill_attention allocates and synchronises nothing, so it can be captured in a CUDA graph; the
 // replayed graph must give the same bytes as a direct call (with a key split too: the counters are zeroed by a
 // memset node of the graph, and the merge's order does not depend on which split finished last).
-void check_graph_replay(const std::string& mode, int multiprocessors, PrefillKernel kernel = PrefillKernel::Auto) {
+void check_graph_replay(const std::string& mode, int multiprocessors, PrefillKernel kernel = PrefillKernel::Auto,
+                        PrefillPrecision precision = PrefillPrecision::HiLo) {
   const std::uint64_t seed = fresh_seed();
   SCOPED_TRACE("mode " + mode + " seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
@@ -333,10 +334,10 @@ void check_graph_replay(const std::string& mode, int multiprocessors, PrefillKer
   auto direct = take(DeviceBuffer::allocate(q.size() * 4));
   auto graphed = take(DeviceBuffer::allocate(q.size() * 4));
   ASSERT_OK(graphed.fill(0xFF));
-  auto plan = take(plan_prefill(*view.layout, config, q_heads, 130, 700, multiprocessors, PrefillPrecision::HiLo,
-                                kernel, seqs));
-  std::printf("[prefill-graph] %s: %s kernel, %u key splits\n", mode.c_str(),
-              plan.kernel == PrefillKernel::Warpgroup ? "warpgroup" : "portable", plan.key_splits);
+  auto plan = take(plan_prefill(*view.layout, config, q_heads, 130, 700, multiprocessors, precision, kernel, seqs));
+  std::printf("[prefill-graph] %s: %s kernel%s, %u key splits\n", mode.c_str(),
+              plan.kernel == PrefillKernel::Warpgroup ? "warpgroup" : "portable",
+              plan.folded_keys ? " (folded keys)" : "", plan.key_splits);
   auto workspace = take(DeviceBuffer::allocate(std::max<std::uint64_t>(plan.workspace_bytes, 16)));
   void* const ws = plan.workspace_bytes > 0 ? workspace.data() : nullptr;
   PrefillArgs args;
@@ -377,6 +378,9 @@ TEST(CudaPrefill, RunIsCapturableInACudaGraph) {
   check_graph_replay("seed", take(device_properties(0)).multiprocessors, PrefillKernel::Portable);
   check_graph_replay("k=mse4,v=mse3,nc", kMostSplits);  // the warpgroup kernel, keys split
   check_graph_replay("seed", kMostSplits);              // the warpgroup kernel with QJL keys, keys split
+  // Folded QJL keys (Fast precision): the fold pass and the kernel in one graph, with and without a key split.
+  check_graph_replay("seed", kMostSplits, PrefillKernel::Auto, PrefillPrecision::Fast);
+  check_graph_replay("seed", 1, PrefillKernel::Auto, PrefillPrecision::Fast);
 }
 
 // Host-side checks come before any CUDA call, so the plan checks run without a device too.
@@ -409,10 +413,24 @@ TEST(CudaPrefill, BadArgumentsAreTypedErrors) {
   EXPECT_FALSE(prefill_supported(80, config));
   EXPECT_TRUE(prefill_supported(64, config));
   if (device_count() == 0) return;
-  // QJL keys at head_dim 128 plan the warpgroup kernel (128 rows per block: two consumer warpgroups).
+  // QJL keys at head_dim 128 plan the warpgroup kernel: in Fast precision (the default) with folded keys on the
+  // MSE block (192 rows; the folded tiles in the workspace: 32 KiB per 64 tokens of max_length, KV head and
+  // entry), in HiLo from their codes and signs (128 rows per block: two consumer warpgroups; no workspace
+  // without a key split).
   auto seed_plan = take(plan_prefill(layout, config, 4, 8, 64, 132));
   EXPECT_EQ(seed_plan.kernel, PrefillKernel::Warpgroup);
-  EXPECT_EQ(seed_plan.block_rows, 128u);
+  EXPECT_TRUE(seed_plan.folded_keys);
+  EXPECT_EQ(seed_plan.block_rows, 192u);
+  EXPECT_EQ(seed_plan.key_splits, 1u);
+  EXPECT_EQ(seed_plan.workspace_bytes, std::uint64_t{2} * 1 * 32768);  // kv_heads 2, one 64-token tile, one entry
+  auto seed_two = take(plan_prefill(layout, config, 4, 8, 64, 132, PrefillPrecision::Fast, PrefillKernel::Auto, 3));
+  EXPECT_EQ(seed_two.workspace_bytes, std::uint64_t{3} * 2 * 32768);
+  auto seed_hilo = take(plan_prefill(layout, config, 4, 8, 64, 132, PrefillPrecision::HiLo));
+  EXPECT_FALSE(seed_hilo.folded_keys);
+  EXPECT_EQ(seed_hilo.block_rows, 128u);
+  EXPECT_EQ(seed_hilo.workspace_bytes, 0u);
+  auto seed_portable = take(plan_prefill(layout, config, 4, 8, 64, 132, PrefillPrecision::Fast, PrefillKernel::Portable));
+  EXPECT_FALSE(seed_portable.folded_keys);
   // Run-time checks need a codec (device tables).
   auto cache = take(TurboQuantCache::create(CacheShape{128, {2}, 1, 64}, config));
   auto codec = take(DeviceCodec::create(*cache.codec(0)));
@@ -484,7 +502,11 @@ TEST(CudaPrefill, BadArgumentsAreTypedErrors) {
 // A tiny set for compute-sanitizer (memcheck / racecheck), run by scripts/gpu/run_all.sh.
 TEST(CudaPrefillSmall, TinyChunksForSanitizers) {
   SKIP_WITHOUT_GPU();
+  // The seed mode at head_dim 128 in both precisions: Fast folds its keys (the fold pass and the MSE block),
+  // HiLo reads codes and signs (the two-consumer QJL block).
   check_prefill({"k=prod3,v=mse2", 128, 4, true, 16, {{1, 0, 1}, {40, 20, 20}, {70, 33, 37}}}, fresh_seed());
+  check_prefill({"k=prod3,v=mse2", 128, 4, false, 0, {{130, 0, 130}, {9, 2, 7}}, PrefillPrecision::HiLo},
+                fresh_seed());
   check_prefill({"k=mse4,v=mse3,nc", 64, 8, false, 0, {{45, 0, 45}, {9, 2, 7}}}, fresh_seed());
   // The warpgroup kernel (head_dim 128; the first case above with QJL keys): three 64-token tiles, both
   // precisions, the second with the keys split (three splits of one tile: partials, the counter and the merge).

@@ -48,7 +48,12 @@ struct PrefillPlan {
   // kernel; 1 = no split): chosen so that the blocks fill the multiprocessors' waves (docs/cuda-prefill.md).
   std::uint32_t key_splits = 1;
   int blocks_per_sm = 0;               // occupancy of the kernel instance
-  // The splits' partials and counters; 0 without a key split (prefill_attention accepts a null workspace then).
+  // QJL keys folded into fp16 key tiles by a pass before the kernel (the warpgroup kernel in Fast precision:
+  // docs/cuda-prefill.md, "Folded QJL keys"); the tiles live in the workspace, 32 KiB per 64 tokens of
+  // max_length, KV head and batch entry.
+  bool folded_keys = false;
+  // The splits' partials and counters, then the folded key tiles; 0 without either (prefill_attention accepts a
+  // null workspace then).
   std::uint64_t workspace_bytes = 0;
 };
 
@@ -87,10 +92,13 @@ Result<PrefillPlan> with_key_splits(const PrefillPlan& plan, std::uint32_t key_s
 // (kPrefillPositionBeyondLength: its keys are not all stored). The flags go into `status` when it is given.
 // sinks finite or −inf. Reads are clamped to the layout in every case, so a wrong device value never reads or
 // writes outside the layer buffer; outputs are written only inside the rows of each entry. (A length beyond the
-// plan's max_length is covered: the key tiles follow the device length.)
+// plan's max_length is covered — the key tiles follow the device length — except with folded keys
+// (PrefillPlan::folded_keys), whose tiles the plan sizes for max_length: a block whose rows need keys past
+// ⌈max_length / 64⌉ · 64 reads none and its rows are NaN (kPrefillKeysBeyondPlan).)
 inline constexpr std::uint32_t kPrefillBadSequence = 1u;
 inline constexpr std::uint32_t kPrefillRowsBeyondPlan = 2u;
 inline constexpr std::uint32_t kPrefillPositionBeyondLength = 4u;
+inline constexpr std::uint32_t kPrefillKeysBeyondPlan = 8u;
 struct PrefillArgs {
   std::uint32_t batch = 0;                       // entries (host value); ≤ plan.max_batch
   const std::uint32_t* seqs = nullptr;           // device [batch] or null
