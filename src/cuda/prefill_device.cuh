@@ -189,6 +189,17 @@ __device__ inline void fill_luts(const Luts& l, const Tables& t, const PrefillPa
   }
 }
 
+// Where sequence `seq`'s packed records end — the exact window's begin; keys below it are read from the codes —
+// with its stored length clamped to the capacity in `length` (0 for a sequence index out of range, `bad`). Shared
+// by the kernels' blocks (BlockRange) and the fold pass (prefill_fold.cu).
+__device__ inline std::uint32_t packed_end(const PrefillParams& p, std::uint32_t seq, bool bad, std::uint32_t& length) {
+  // Clamping to the capacity keeps every read inside the layer buffer even for lengths the caller got wrong;
+  // the rows at positions not below it are NaN (finish_rows).
+  length = bad ? 0u : min(p.lengths[seq], p.capacity);
+  const std::uint32_t wb = p.window_begins != nullptr ? p.window_begins[seq] : 0u;
+  return exact_begin(length, wb, p.window);
+}
+
 // The block's place: batch entry, sequence, KV head, its query tokens and the key range they see.
 struct BlockRange {
   std::uint32_t entry, kvh, hg, seq, nrows, tok0, first, length, eb, ntok, kend, hb, ntiles;
@@ -218,11 +229,7 @@ struct BlockRange {
     first = p.first_positions[entry];
     bad_sequence = seq >= p.sequences;
     if (bad_sequence) seq = 0;  // (its keys are not read: length 0 below)
-    // Clamping to the capacity keeps every read inside the layer buffer even for lengths the caller got wrong;
-    // the rows at positions not below it are NaN (finish_rows).
-    length = bad_sequence ? 0u : min(p.lengths[seq], p.capacity);
-    const std::uint32_t wb = p.window_begins != nullptr ? p.window_begins[seq] : 0u;
-    eb = exact_begin(length, wb, p.window);
+    eb = packed_end(p, seq, bad_sequence, length);
     ntok = min(p.tokens_per_block, nrows - tok0);
     const std::uint64_t last_end = static_cast<std::uint64_t>(first) + tok0 + ntok;  // exclusive, block's rows
     kend = static_cast<std::uint32_t>(min(last_end, static_cast<std::uint64_t>(eb)));

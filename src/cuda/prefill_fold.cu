@@ -36,10 +36,10 @@ __device__ std::uint32_t entry_key_end(const PrefillParams& p, std::uint32_t ent
   seq = p.seqs != nullptr ? p.seqs[entry] : entry;
   if (seq >= p.sequences) return 0u;
   const std::uint32_t nrows = min(p.rows[entry], p.max_rows);
-  const std::uint32_t length = min(p.lengths[seq], p.capacity);
-  const std::uint32_t wb = p.window_begins != nullptr ? p.window_begins[seq] : 0u;
+  std::uint32_t length = 0;
+  const std::uint32_t eb = packed_end(p, seq, false, length);
   const std::uint64_t last_end = static_cast<std::uint64_t>(p.first_positions[entry]) + nrows;
-  return static_cast<std::uint32_t>(min(last_end, static_cast<std::uint64_t>(exact_begin(length, wb, p.window))));
+  return static_cast<std::uint32_t>(min(last_end, static_cast<std::uint64_t>(eb)));
 }
 
 // The `bits`-bit code of coordinate j of a key row (code group j / 8, little-endian inside the group, so bit
