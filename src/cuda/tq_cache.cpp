@@ -438,6 +438,11 @@ Status DeviceCache::prefill(std::uint32_t layer, const PrefillPlan& plan, Prefil
   KVC_TRY(check_plan_layout(layer, plan.layout, "prefill"));
   const Layer& l = *layers_[layer];
   KVC_TRY(check_plan_covers(layer, plan.max_length));
+  return prefill_unchecked(l, plan, args, workspace, stream);
+}
+
+Status DeviceCache::prefill_unchecked(const Layer& l, const PrefillPlan& plan, PrefillArgs args, void* workspace,
+                                      void* stream) const {
   args.lengths = l.device_lengths();
   args.window_begins = l.device_window_begins();
   return prefill_attention(plan, *l.codec, l.data.data(), args, workspace, stream);
@@ -457,10 +462,20 @@ Status DeviceCache::attention(std::uint32_t layer, std::span<const ktq::Attentio
     return make_error(ErrorCode::InvalidArgument, "softmax scale {} is not finite", options.scale);
   }
   KVC_TRY(ktq::validate_requests(sequences_, l.lengths.data(), requests));
-  std::uint32_t max_rows = 0;
-  for (const ktq::AttentionRequest& req : requests) max_rows = std::max(max_rows, req.rows);
+  std::uint32_t max_rows = 0, max_end = 0;
+  for (const ktq::AttentionRequest& req : requests) {
+    if (req.rows == 0) continue;
+    max_rows = std::max(max_rows, req.rows);
+    max_end = std::max(max_end, req.first_position + req.rows);  // ≤ the length (validate_requests)
+  }
   if (max_rows == 0) return ok_status();
-  KVC_ASSIGN_OR_RETURN(PrefillPlan plan, plan_prefill(layer, options.q_heads, max_rows, precision));
+  // Planned for the keys the requests see (a row at position p reads keys [0, p]), not for the capacity: the
+  // folded QJL keys' workspace (512 B per token and KV head) is then bounded by the prompt. The host lengths are
+  // current (check_host_lengths), so the device lengths need no plan covering them: every kernel reads keys
+  // below first_position + rows only.
+  KVC_ASSIGN_OR_RETURN(PrefillPlan plan,
+                       tq::plan_prefill(l.layout, config_, options.q_heads, max_rows, max_end, multiprocessors_,
+                                        precision, PrefillKernel::Auto, 1));
   const std::size_t n = requests.size();
   std::vector<std::uint32_t> host(3 * n);
   for (std::size_t r = 0; r < n; ++r) {
@@ -495,7 +510,7 @@ Status DeviceCache::attention(std::uint32_t layer, std::span<const ktq::Attentio
     args.output = requests[r].output;
     args.sinks = options.sinks;
     args.scale = options.scale;
-    launched = prefill(layer, plan, args, workspace, stream);
+    launched = prefill_unchecked(l, plan, args, workspace, stream);
   }
   // Marks the kernels that read the buffers, also when a launch failed after others had been enqueued. (The host
   // vector may go away now: cudaMemcpyAsync from pageable memory returns once it is staged.)

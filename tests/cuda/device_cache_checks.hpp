@@ -1,10 +1,13 @@
-// Checks shared by the DeviceCache tests (tq_cache_test.cpp, tq_append_batch_test.cpp): a device cache against
-// a CPU TurboQuantCache that received the same operations — snapshot bytes field by field, and decode attention
-// against the float64 oracle over the CPU cache's bytes.
+// Checks shared by the DeviceCache tests (tq_cache_test.cpp, tq_append_batch_test.cpp,
+// tq_attention_workspace_test.cpp): a device cache against a CPU TurboQuantCache that received the same
+// operations — snapshot bytes field by field, decode attention against the float64 oracle over the CPU cache's
+// bytes, and attention outputs row by row.
 #pragma once
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <initializer_list>
 #include <random>
@@ -19,6 +22,23 @@
 #include "unit/tq/attention_test_util.hpp"
 
 namespace kvcompact::cuda::testing {
+
+// Per query row (all heads of one token): max |a − b| / max |b|.
+inline double worst_row_error(const std::vector<float>& out, const std::vector<double>& ref,
+                              std::size_t row_floats) {
+  double worst = 0.0;
+  for (std::size_t r = 0; (r + 1) * row_floats <= ref.size(); ++r) {
+    double diff = 0.0, top = 0.0;
+    for (std::size_t j = r * row_floats; j < (r + 1) * row_floats; ++j) {
+      const double dlt = static_cast<double>(out[j]) - ref[j];
+      if (std::isnan(dlt)) return dlt;
+      diff = std::max(diff, std::fabs(dlt));
+      top = std::max(top, std::fabs(ref[j]));
+    }
+    worst = std::max(worst, top > 0.0 ? diff / top : diff);
+  }
+  return worst;
+}
 
 inline void expect_same_snapshot(const kvcompact::tq::LayerSnapshot& a, const kvcompact::tq::LayerSnapshot& b,
                                  const std::string& where) {

@@ -29,6 +29,7 @@ namespace {
 using kvcompact::cuda::testing::expect_decode_matches_oracle;
 using kvcompact::cuda::testing::expect_same_snapshot;
 using kvcompact::cuda::testing::take;
+using kvcompact::cuda::testing::worst_row_error;
 
 using kvcompact::tq::AttentionOptions;
 using kvcompact::tq::AttentionRequest;
@@ -162,22 +163,6 @@ TEST(CudaCache, RandomTracesMatchTheCpuCache) {
     EXPECT_EQ(gpu.append(0, 0, gpu.length(0, 0) + 1, 1, DType::F32, nullptr, nullptr).error().code,
               ErrorCode::OutOfRange);
   }
-}
-
-// Per query row (all heads of one token): max |a − b| / max |b|.
-double worst_row_error(const std::vector<float>& out, const std::vector<double>& ref, std::size_t row_floats) {
-  double worst = 0.0;
-  for (std::size_t r = 0; (r + 1) * row_floats <= ref.size(); ++r) {
-    double diff = 0.0, top = 0.0;
-    for (std::size_t j = r * row_floats; j < (r + 1) * row_floats; ++j) {
-      const double dlt = static_cast<double>(out[j]) - ref[j];
-      if (std::isnan(dlt)) return dlt;
-      diff = std::max(diff, std::fabs(dlt));
-      top = std::max(top, std::fabs(ref[j]));
-    }
-    worst = std::max(worst, top > 0.0 ? diff / top : diff);
-  }
-  return worst;
 }
 
 // Random chunked appends (device rows) into a DeviceCache and a CPU cache; after each append the chunk's queries

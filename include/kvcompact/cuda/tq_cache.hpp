@@ -158,10 +158,11 @@ class DeviceCache {
   // options.threads and chunk_tokens are ignored. It plans per call, uploads the requests' positions (after
   // synchronising `stream`, so the small argument buffer is never overwritten while a kernel of an earlier call
   // on `stream` reads it) and launches one prefill kernel per request on `stream`; it does not wait for them.
-  // Where the plan splits the keys, the cache keeps the workspace (grown when a call needs more). The argument
-  // buffer and that workspace belong to the cache, not to a stream: a call first waits for the previous call's
-  // kernels, on whichever stream they ran, so calls on different streams may follow each other. Not
-  // graph-capturable: use plan_prefill / prefill for that.
+  // Where the plan splits the keys or folds QJL keys, the cache keeps the workspace (grown when a call needs
+  // more; planned for the requests' largest first_position + rows, so it follows the prompt, not the capacity).
+  // The argument buffer and that workspace belong to the cache, not to a stream: a call first waits for the
+  // previous call's kernels, on whichever stream they ran, so calls on different streams may follow each other.
+  // Not graph-capturable: use plan_prefill / prefill for that.
   Status attention(std::uint32_t layer, std::span<const kvcompact::tq::AttentionRequest> requests,
                    const kvcompact::tq::AttentionOptions& options, void* stream = nullptr,
                    PrefillPrecision precision = kDefaultPrefillPrecision);
@@ -192,6 +193,10 @@ class DeviceCache {
   // decode / prefill: a plan of `max_length` covers every sequence of the layer (host lengths, and the limit of
   // the appends at the device lengths since the last sync).
   Status check_plan_covers(std::uint32_t layer, std::uint32_t max_length) const;
+  // prefill after its checks (and attention, whose plan covers its requests' keys): fills the length mirrors and
+  // launches.
+  Status prefill_unchecked(const Layer& l, const PrefillPlan& plan, PrefillArgs args, void* workspace,
+                           void* stream) const;
   // truncate_layer / reset after check_host_lengths (so that truncate and reset_all read the device's commit
   // counter once, not once per layer or sequence).
   Status truncate_checked(std::uint32_t layer, std::uint32_t seq, std::uint32_t position);
