@@ -47,10 +47,10 @@ struct PrefillParams {
   std::uint32_t* counters;
   std::uint32_t key_code_bits, value_bits, qjl, split_p;
   std::uint32_t wgmma;  // 1: the warpgroup-MMA kernel (tq_prefill_wgmma.cu), 0: the mma.sync one (tq_prefill.cu)
-  // Folded QJL keys (warpgroup kernel, Fast precision; prefill_fold.cu): fold_qjl_keys writes every key tile an
-  // entry's blocks read, α·k̂ = α·(c + ρ·qjl_scale·R_j⁻¹σ) as an fp16 tile and an e4m3 tile of its cross terms
-  // (kFoldedTileBytes below), at folded_keys + ((entry · kv_heads + kvh) · fold_tiles + tile) · kFoldedTileBytes,
-  // and the kernel copies those instead of dequantising the key codes and signs. Null otherwise.
+  // Folded keys (warpgroup kernel; prefill_fold.cu): the fold pass writes every key tile an entry's blocks read —
+  // α·k̂ (QJL keys: k̂ = c + ρ·qjl_scale·R_j⁻¹σ; MSE keys: k̂ = c) as an fp16 tile and an e4m3 tile of the cross
+  // terms (folded_tile_bytes below) — at folded_keys + ((entry · kv_heads + kvh) · fold_tiles + tile) ·
+  // folded_tile_bytes(qjl), and the kernel copies those instead of dequantising the key codes. Null otherwise.
   std::uint8_t* folded_keys;
   std::uint32_t fold_tiles;  // key tiles per (entry, KV head) in folded_keys: ⌈max_length / 64⌉
   std::uint32_t kc_bytes, ks_bytes, vc_bytes;  // packed bytes per token of key codes, key signs, value codes
@@ -73,25 +73,32 @@ cudaError_t launch_prefill(const PrefillParams& p, cudaStream_t stream);
 // folded QJL keys, 128 for QJL keys read from their codes and signs (qjl_block: the two-consumer instance).
 bool prefill_wgmma_supported(std::uint32_t head_dim, bool qjl);
 std::uint32_t prefill_wgmma_block_rows(bool qjl_block);
-cudaError_t prepare_prefill_wgmma(bool qjl_block, bool split_p, bool folded);
-int prefill_wgmma_blocks_per_sm(bool qjl_block, bool split_p, bool folded);
+cudaError_t prepare_prefill_wgmma(bool qjl_block, bool split_p, int fold);
+int prefill_wgmma_blocks_per_sm(bool qjl_block, bool split_p, int fold);
 cudaError_t launch_prefill_wgmma(const PrefillParams& p, cudaStream_t stream);
 // Floats of one split's partial in the workspace (block rows x d outputs, then the rows' maxima and sums).
 std::uint32_t prefill_wgmma_partial_floats(bool qjl_block);
-// One folded key tile (64 tokens): the SW128 fp16 tile of K_hi = fp16(α·k̂), then the SW128 e4m3 tile of
-// [K_lo · kFoldKloScale | K_hi · kFoldKhiScale] (K_lo = α·k̂ − K_hi; 256 codes per token, laid out as an fp16
-// tile of 128 columns), for the cross terms Q_hi·K_lo + Q_lo·K_hi as one FP8 product against the queries'
-// [Q_hi · kFoldQhiScale | Q_lo · kFoldQloScale] (docs/cuda-prefill.md, "Folded QJL keys"). The scales are powers
-// of two with both products scaled by kFoldCrossScale (exact); they keep every operand inside e4m3's range for
-// queries scaled to 2^10 and |α·k̂| ≤ 112 (satfinite clamps beyond).
+// Where the warpgroup kernel's key tiles come from: the producer dequantises the codes (kFoldNone), or the fold
+// pass has written them (prefill_fold.cu) for QJL keys (kFoldQjl) or MSE keys (kFoldMse).
+inline constexpr int kFoldNone = 0, kFoldQjl = 1, kFoldMse = 2;
+// One folded key tile (64 tokens): the SW128 fp16 tile of K_hi = fp16(α·k̂), then an SW128 e4m3 tile for the
+// S product's cross terms, run as one FP8 product (docs/cuda-prefill.md, "Folded keys"):
+// - QJL keys: [K_lo · kFoldKloScale | K_hi · kFoldKhiScale] (K_lo = α·k̂ − K_hi; 256 codes per token, laid out as
+//   an fp16 tile of 128 columns) against the queries' [Q_hi · kFoldQhiScale | Q_lo · kFoldQloScale]:
+//   Q_hi·K_lo + Q_lo·K_hi;
+// - MSE keys (K_hi = fp16(α·c), the producer's table value): [K_hi · kFoldKhiScale] (128 codes per token, an fp16
+//   tile of 64 columns) against [Q_lo · kFoldQloScale]: Q_lo·K_hi, which the unfolded kernel runs in fp16.
+// The scales are powers of two with every product scaled by kFoldCrossScale (exact); they keep every operand
+// inside e4m3's range for queries scaled to 2^10 and |α·k̂| ≤ 112 (satfinite clamps beyond).
 inline constexpr std::uint32_t kFoldedHalfTileBytes = 64u * 128u * 2u;
-inline constexpr std::uint32_t kFoldedTileBytes = 2u * kFoldedHalfTileBytes;
+inline constexpr std::uint32_t folded_fp8_tile_bytes(bool qjl) { return qjl ? kFoldedHalfTileBytes : kFoldedHalfTileBytes / 2u; }
+inline constexpr std::uint32_t folded_tile_bytes(bool qjl) { return kFoldedHalfTileBytes + folded_fp8_tile_bytes(qjl); }
 inline constexpr float kFoldQhiScale = 0.25f, kFoldQloScale = 256.0f, kFoldKloScale = 4096.0f, kFoldKhiScale = 4.0f;
 inline constexpr float kFoldCrossScale = 1024.0f;
 static_assert(kFoldQhiScale * kFoldKloScale == kFoldCrossScale && kFoldQloScale * kFoldKhiScale == kFoldCrossScale,
               "both cross products in the same units");
 // The pass that writes the tiles (prefill_fold.cu; grid (fold_tiles, kv_heads, batch), before the prefill kernel
 // on the same stream).
-cudaError_t launch_fold_qjl_keys(const PrefillParams& p, cudaStream_t stream);
+cudaError_t launch_fold_keys(const PrefillParams& p, cudaStream_t stream);
 
 }  // namespace kvcompact::cuda::tq::detail

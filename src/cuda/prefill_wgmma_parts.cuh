@@ -59,7 +59,7 @@ __device__ __forceinline__ void sign_tile(unsigned pt, std::uint8_t* tile, const
 // Copies the packed bytes of tokens [first, first + cnt) of every region into a staging buffer: one bulk copy per
 // region (region_copy's 16-byte chunks), issued by one producer thread and counted on the buffer's mbarrier.
 // (Per-thread 16-byte cp.async, the form before, wrote shared memory at 3.5× its ideal wavefronts in the profile.)
-// Folded keys (FOLDED) take no key codes: their fp16 tiles come from the fold pass (prefill_fold.cu).
+// Folded keys (FOLDED) take no key codes: their tiles come from the fold pass (prefill_fold.cu).
 template <bool QJL, bool FOLDED = false>
 __device__ __forceinline__ void copy_tile(const PrefillParams& p, std::uint8_t* base, std::uint64_t first,
                                           std::uint32_t cnt, std::uint64_t* bar) {
@@ -177,5 +177,6 @@ __device__ bool merge_key_splits(const PrefillParams& p, unsigned split, float* 
   named_barrier(kConsumerBarrier, kConsumerThreads);
   return true;
 }
+
 }  // namespace
 }  // namespace kvcompact::cuda::tq::detail

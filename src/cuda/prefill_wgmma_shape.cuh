@@ -5,6 +5,7 @@
 
 #include <cuda_fp16.h>
 
+#include <cstddef>
 #include <cstdint>
 
 #include "prefill_device.cuh"
@@ -49,12 +50,13 @@ constexpr unsigned kTileBlock = kBN * 128;    // bytes of one 64-column block of
 constexpr unsigned kProducerBarrier = 1, kConsumerBarrier = 2, kQjlLoBarrier = 3;
 
 // The block's shape: MSE keys take KVC_PREFILL_WS_CONSUMERS (3) consumers and KVC_PREFILL_WS_STAGES (3) stages;
-// QJL keys two of each, for their QJL query matrix and sign tiles; folded QJL keys (FOLDED) three consumers and
-// two stages, for the FP8 tile beside each stage's key tile.
-template <bool QJL, bool FOLDED = false>
+// QJL keys two of each, for their QJL query matrix and sign tiles; folded keys (FOLD, prefill_params.hpp) three
+// consumers, with an FP8 tile beside each stage's key tile: two stages for QJL keys (16 KiB FP8 tiles), three for
+// MSE keys (8 KiB FP8 tiles and a query FP8 operand of half the fp16 Q_lo matrix's size).
+template <bool QJL, int FOLD = kFoldNone>
 struct Ws {
   static constexpr unsigned kConsumers = QJL ? 2u : KVC_PREFILL_WS_CONSUMERS;
-  static constexpr unsigned kStages = QJL || FOLDED ? 2u : KVC_PREFILL_WS_STAGES;
+  static constexpr unsigned kStages = QJL || FOLD == kFoldQjl ? 2u : KVC_PREFILL_WS_STAGES;
   // setmaxnreg: three consumers need it (512 threads: 128 registers each at launch); two (QJL) take it for the 32
   // registers of their QJL lo fragments: 80 for the producer, 208 for the consumers. A move can only hand out
   // the registers the block got at launch (kLaunchRegs per thread, what ptxas allots under the launch bound):
@@ -66,7 +68,7 @@ struct Ws {
   // rest are read from shared memory like Q_hi (the wgmma operand reads are ≈ 58 % of the shared-memory
   // wavefronts, the busiest unit: docs/cuda-prefill.md). QJL keys keep their registers for the QJL lo part;
   // folded keys run no fp16 Q_lo product (their cross terms are one FP8 product from shared memory).
-  static constexpr int kQloRegSteps = QJL || FOLDED ? 0 : KVC_PREFILL_WS_QLO_REG_STEPS;
+  static constexpr int kQloRegSteps = QJL || FOLD != kFoldNone ? 0 : KVC_PREFILL_WS_QLO_REG_STEPS;
   static constexpr unsigned kConsumerThreads = 128 * kConsumers;
   static constexpr unsigned kThreads = kConsumerThreads + kProducerThreads;  // the producer is the last warpgroup
   static constexpr unsigned kLaunchRegs = (65536 / kThreads) & ~7u;
@@ -75,6 +77,10 @@ struct Ws {
   static constexpr unsigned kRows = 64 * kConsumers;  // query rows per block
   static constexpr unsigned kQBytes = kRows * D * 2;  // SW128: two column blocks of kRows rows x 128 bytes
   static constexpr unsigned kQBlock = kRows * 128;    // bytes of one 64-column block of the queries
+  // The Q_lo area: fp16 Q_lo, or the FP8 operand of folded keys (QJL: [Q_hi | Q_lo], as large; MSE: Q_lo, half).
+  static constexpr unsigned kQloBytes = FOLD == kFoldMse ? kQBlock : kQBytes;
+  // Bytes of a stage's FP8 tile (folded keys; 0 otherwise).
+  static constexpr unsigned kK8Bytes = FOLD == kFoldNone ? 0u : folded_fp8_tile_bytes(FOLD == kFoldQjl);
   static constexpr unsigned kPartialFloats = kRows * D + 2 * kRows;  // one split's partial: outputs, maxima, sums
   static_assert(!kMoveRegisters || (128 * (kConsumers * kConsumerRegs + kProducerRegs) <= kThreads * kLaunchRegs &&
                                     kProducerRegs % 8 == 0 &&
@@ -95,25 +101,26 @@ struct QjlArea<true> {
 };
 
 // Folded keys only: each stage's FP8 tile (the cross terms' keys, prefill_params.hpp).
-template <bool FOLDED>
-struct FoldArea {};
-template <>
-struct FoldArea<true> {
-  alignas(1024) std::uint8_t k8[Ws<false, true>::kStages][kTileBytes];
+template <int FOLD>
+struct FoldArea {
+  alignas(1024) std::uint8_t k8[Ws<false, FOLD>::kStages][Ws<false, FOLD>::kK8Bytes];
 };
+template <>
+struct FoldArea<kFoldNone> {};
 
-// (Folded keys: qlo holds the queries' FP8 operand [Q_hi · kFoldQhiScale | Q_lo · kFoldQloScale] instead, 256
-// e4m3 codes per row in the fp16 layout of 128 columns.)
-template <bool QJL, bool FOLDED = false>
+// (Folded keys: qlo holds the queries' FP8 operand instead — QJL keys [Q_hi · kFoldQhiScale | Q_lo ·
+// kFoldQloScale], 256 e4m3 codes per row in the fp16 layout of 128 columns; MSE keys Q_lo · kFoldQloScale, 128
+// codes per row in that of 64 columns.)
+template <bool QJL, int FOLD = kFoldNone>
 struct Smem {
-  using W = Ws<QJL, FOLDED>;
+  using W = Ws<QJL, FOLD>;
   using Staged = StageLayout<D, QJL, kBN>;
-  std::uint8_t qhi[W::kQBytes];  // 1024-byte aligned (the struct is placed so); with qlo, the epilogue rows after
-  std::uint8_t qlo[W::kQBytes];  //   the main loop (kRows x 128 floats)
+  std::uint8_t qhi[W::kQBytes];    // 1024-byte aligned (the struct is placed so); with qlo (and, for folded MSE
+  std::uint8_t qlo[W::kQloBytes];  //   keys, the key tiles), the epilogue rows after the main loop (kRows x 128 floats)
   std::uint8_t k[W::kStages][kTileBytes];
   std::uint8_t v[W::kStages][kTileBytes];
   QjlArea<QJL> jl;
-  FoldArea<FOLDED> fold;
+  FoldArea<FOLD> fold;
   alignas(16) std::uint8_t packed[2][Staged::bytes];  // the producer's staging buffers (bulk copies)
   float kscale[W::kStages][kBN];  // key norms of a stage's tokens (0 past the tile's end)
   float vfac[W::kStages][kBN];    // n_v / R · 2^15 (0 past the tile's end)
@@ -131,29 +138,35 @@ struct Smem {
   uint2 sign_mask[16];
 };
 // The QJL area's buffers (QJL keys only).
-template <bool QJL, bool FOLDED>
-__device__ __forceinline__ std::uint8_t* sm_qjl(Smem<QJL, FOLDED>& sm) {
+template <bool QJL, int FOLD>
+__device__ __forceinline__ std::uint8_t* sm_qjl(Smem<QJL, FOLD>& sm) {
   if constexpr (QJL) {
     return sm.jl.q;
   } else {
     return nullptr;
   }
 }
-template <bool QJL, bool FOLDED>
-__device__ __forceinline__ std::uint8_t* sm_sign_tiles(Smem<QJL, FOLDED>& sm) {
+template <bool QJL, int FOLD>
+__device__ __forceinline__ std::uint8_t* sm_sign_tiles(Smem<QJL, FOLD>& sm) {
   if constexpr (QJL) {
     return sm.jl.sg[0];
   } else {
     return nullptr;
   }
 }
-template <bool QJL, bool FOLDED = false>
+template <bool QJL, int FOLD = kFoldNone>
 constexpr unsigned smem_bytes() {
-  return sizeof(Smem<QJL, FOLDED>) + 1024;  // + alignment slack
+  return sizeof(Smem<QJL, FOLD>) + 1024;  // + alignment slack
 }
 static_assert(smem_bytes<false>() <= 227 * 1024 && smem_bytes<true>() <= 227 * 1024 &&
-                  smem_bytes<false, true>() <= 227 * 1024,
+                  smem_bytes<false, kFoldQjl>() <= 227 * 1024 && smem_bytes<false, kFoldMse>() <= 227 * 1024,
               "one block per multiprocessor");
+static_assert(Ws<false>::kK8Bytes == 0 && Ws<true>::kK8Bytes == 0, "FP8 key tiles for folded keys only");
+using FoldedMseSmem = Smem<false, kFoldMse>;
+static_assert(Ws<false, kFoldMse>::kQBytes + Ws<false, kFoldMse>::kQloBytes +
+                      Ws<false, kFoldMse>::kStages * kTileBytes >= Ws<false>::kRows * D * 4 &&
+                  offsetof(FoldedMseSmem, k) == Ws<false>::kQBytes + Ws<false, kFoldMse>::kQloBytes,
+              "folded MSE keys: the epilogue rows fit in the query area and the key tiles after it");
 static_assert(2 * Ws<false>::kQBytes >= Ws<false>::kRows * D * 4 && 2 * Ws<true>::kQBytes >= Ws<true>::kRows * D * 4,
               "the epilogue rows fit in the query area");
 static_assert(StageLayout<D, false, kBN>::bytes % 16 == 0 && StageLayout<D, true, kBN>::bytes % 16 == 0,

@@ -39,7 +39,7 @@ std::uint64_t split_bytes(const PrefillPlan& plan) {
 std::uint64_t fold_offset(const PrefillPlan& plan) { return (split_bytes(plan) + 255u) / 256u * 256u; }
 std::uint64_t fold_bytes(const PrefillPlan& plan) {
   return plan.folded_keys ? std::uint64_t{plan.max_batch} * plan.layout.kv_heads * key_tiles(plan) *
-                                detail::kFoldedTileBytes
+                                detail::folded_tile_bytes(plan.config.has_qjl())
                           : 0u;
 }
 }  // namespace
@@ -85,8 +85,10 @@ Result<PrefillPlan> plan_prefill(const LayerLayout& layout, const kvcompact::tq:
     return make_error(ErrorCode::OutOfRange, "max_rows {} exceeds max_length {} (query rows need stored keys)",
                       max_rows, max_length);
   }
-  // QJL keys fold into fp16 key tiles on the warpgroup kernel in Fast precision (one S product, the MSE block).
-  const bool folded = qjl && use_wgmma && precision == PrefillPrecision::Fast;
+  // The warpgroup kernel folds the keys in Fast precision (docs/cuda-prefill.md, "Folded keys"). HiLo keeps the
+  // QJL block's exact sign tiles, and its MSE keys gained nothing from folding (0.97-1.01 in the H200 A/B).
+  const bool folded = use_wgmma && precision == PrefillPrecision::Fast;
+  const int fold = !folded ? detail::kFoldNone : (qjl ? detail::kFoldQjl : detail::kFoldMse);
   const std::uint32_t block_rows = use_wgmma ? detail::prefill_wgmma_block_rows(qjl && !folded)
                                              : detail::prefill_block_rows(layout.head_dim, qjl);
   const std::uint32_t group = q_heads / layout.kv_heads;
@@ -117,8 +119,8 @@ Result<PrefillPlan> plan_prefill(const LayerLayout& layout, const kvcompact::tq:
   plan.tiles = static_cast<std::uint32_t>(tiles);
   const bool split_p = precision == PrefillPrecision::HiLo;
   if (use_wgmma) {
-    KVC_CUDA_TRY(detail::prepare_prefill_wgmma(qjl && !folded, split_p, folded));
-    plan.blocks_per_sm = detail::prefill_wgmma_blocks_per_sm(qjl && !folded, split_p, folded);
+    KVC_CUDA_TRY(detail::prepare_prefill_wgmma(qjl && !folded, split_p, fold));
+    plan.blocks_per_sm = detail::prefill_wgmma_blocks_per_sm(qjl && !folded, split_p, fold);
   } else {
     KVC_CUDA_TRY(detail::prepare_prefill(layout.head_dim, qjl, split_p));
     plan.blocks_per_sm = detail::prefill_blocks_per_sm(layout.head_dim, qjl, split_p);
@@ -238,7 +240,7 @@ Status prefill_attention(const PrefillPlan& plan, const DeviceCodec& codec, cons
     p.counters = reinterpret_cast<std::uint32_t*>(p.partials + partial_total);
     KVC_CUDA_TRY(cudaMemsetAsync(p.counters, 0, query_tiles(plan, args.batch) * 4u, static_cast<cudaStream_t>(stream)));
   }
-  if (plan.folded_keys) KVC_CUDA_TRY(detail::launch_fold_qjl_keys(p, static_cast<cudaStream_t>(stream)));
+  if (plan.folded_keys) KVC_CUDA_TRY(detail::launch_fold_keys(p, static_cast<cudaStream_t>(stream)));
   KVC_CUDA_TRY(detail::launch_prefill(p, static_cast<cudaStream_t>(stream)));
   return ok_status();
 }

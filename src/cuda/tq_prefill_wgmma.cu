@@ -19,10 +19,11 @@
 //     slower at 32K, one producer then feeding only 128 rows.)
 //   - with a key split (PrefillParams::key_splits > 1) the blocks of one query tile each take a part of its key
 //     tiles; the last to finish merges their partials (merge_key_splits) before the epilogue.
-//   - folded QJL keys (FOLDED; Fast precision): prefill_fold.cu has written each key tile as fp16 α·k̂ with the QJL
-//     part inside, plus an e4m3 tile of the cross terms' keys, so the MSE block runs them (two stages), its
-//     producer bulk-copying both tiles instead of dequantising keys, its consumers computing S as one FP8 product
-//     (Q_hi·K_lo + Q_lo·K_hi) plus Q_hi·K_hi, with the e4m3 query operand where Q_lo was.
+//   - folded keys (FOLD): prefill_fold.cu has written each key tile as fp16 α·k̂ (QJL keys: with the QJL part
+//     inside) plus an e4m3 tile of the cross terms' keys, so the MSE block runs them (two stages for QJL keys),
+//     its producer bulk-copying both tiles instead of dequantising keys, its consumers computing S as one FP8
+//     product of the cross terms (QJL: Q_hi·K_lo + Q_lo·K_hi; MSE: Q_lo·K_hi) plus Q_hi·K_hi, with the e4m3
+//     query operand where the fp16 Q_lo was.
 // docs/cuda-prefill.md describes both kernels; prefill_device.cuh holds their shared pieces, prefill_wgmma_shape.cuh
 // this kernel's block shape and shared-memory layout, prefill_wgmma_parts.cuh its producer's and consumers' pieces.
 #include <cuda_fp16.h>
@@ -43,20 +44,21 @@ namespace {
 
 using namespace prefill;
 
-// FOLDED (MSE block shape, QJL=false): the keys are QJL keys folded into fp16 tiles by fold_qjl_keys
-// (prefill_fold.cu); the producer bulk-copies each tile into its stage (counted on the stage's full barrier) in
-// place of the key dequantisation.
-template <bool SPLITP, bool QJL, bool FOLDED = false>
-__global__ void __launch_bounds__(Ws<QJL, FOLDED>::kThreads, 1) prefill_wgmma_kernel(PrefillParams p) {
-  static_assert(!(QJL && FOLDED), "folded QJL keys run on the MSE block");
-  using W = Ws<QJL, FOLDED>;
+// FOLD (the MSE block shape, QJL = false): the keys were folded into an fp16 and an e4m3 tile by the fold pass
+// (prefill_fold.cu); the producer bulk-copies both into the stage (counted on the stage's full barrier) in
+// place of the key dequantisation, and the consumers' S adds the FP8 product of the cross terms.
+template <bool SPLITP, bool QJL, int FOLD = kFoldNone>
+__global__ void __launch_bounds__(Ws<QJL, FOLD>::kThreads, 1) prefill_wgmma_kernel(PrefillParams p) {
+  static_assert(!(QJL && FOLD != kFoldNone), "folded keys run on the MSE block");
+  constexpr bool FOLDED = FOLD != kFoldNone;
+  using W = Ws<QJL, FOLD>;
   constexpr unsigned kConsumers = W::kConsumers, kStages = W::kStages, kThreads = W::kThreads, kRows = W::kRows;
   constexpr unsigned kWarps = W::kWarps, kConsumerWarps = W::kConsumerWarps, kConsumerThreads = W::kConsumerThreads;
   constexpr unsigned kQBlock = W::kQBlock;
   constexpr bool kMoveRegisters = W::kMoveRegisters;
   static_assert(kConsumers * 64 == kRows, "64 rows per consumer warpgroup");
   extern __shared__ std::uint8_t smem_raw[];
-  Smem<QJL, FOLDED>& sm = *reinterpret_cast<Smem<QJL, FOLDED>*>(
+  Smem<QJL, FOLD>& sm = *reinterpret_cast<Smem<QJL, FOLD>*>(
       smem_raw + ((1024u - (static_cast<unsigned>(__cvta_generic_to_shared(smem_raw)) & 1023u)) & 1023u));
   const Tables& t = *p.tables;
   const unsigned tid = threadIdx.x, lane = tid % 32, warp = tid / 32, x = tid / 128;
@@ -115,15 +117,19 @@ __global__ void __launch_bounds__(Ws<QJL, FOLDED>::kThreads, 1) prefill_wgmma_ke
         }
         *reinterpret_cast<std::uint32_t*>(sm.qhi + off) = h ^ neg;
         if constexpr (FOLDED) {
-          // The FP8 operand: Q_hi and Q_lo of columns j, j + 1 (scaled) at byte columns j, j + 1 and 128 + j, + 1,
-          // i.e. the fp16 layout's columns j / 2 and 64 + j / 2.
+          // The FP8 operand: QJL keys Q_hi and Q_lo of columns j, j + 1 (scaled) at byte columns j, j + 1 and
+          // 128 + j, + 1, i.e. the fp16 layout's columns j / 2 and 64 + j / 2; MSE keys Q_lo at byte columns j, + 1.
           const float2 qh = __half22float2(*reinterpret_cast<const __half2*>(&h));
           const float2 ql = __half22float2(*reinterpret_cast<const __half2*>(&l));
           const float sg = neg != 0u ? -1.0f : 1.0f;
-          *reinterpret_cast<std::uint16_t*>(sm.qlo + sw128_offset(r, j / 2, kRows)) =
-              e4m3x2_of(sg * qh.x * kFoldQhiScale, sg * qh.y * kFoldQhiScale);
-          *reinterpret_cast<std::uint16_t*>(sm.qlo + sw128_offset(r, 64 + j / 2, kRows)) =
-              e4m3x2_of(sg * ql.x * kFoldQloScale, sg * ql.y * kFoldQloScale);
+          const std::uint16_t lo8 = e4m3x2_of(sg * ql.x * kFoldQloScale, sg * ql.y * kFoldQloScale);
+          if constexpr (FOLD == kFoldQjl) {
+            *reinterpret_cast<std::uint16_t*>(sm.qlo + sw128_offset(r, j / 2, kRows)) =
+                e4m3x2_of(sg * qh.x * kFoldQhiScale, sg * qh.y * kFoldQhiScale);
+            *reinterpret_cast<std::uint16_t*>(sm.qlo + sw128_offset(r, 64 + j / 2, kRows)) = lo8;
+          } else {
+            *reinterpret_cast<std::uint16_t*>(sm.qlo + sw128_offset(r, j / 2, kRows)) = lo8;
+          }
         } else {
           *reinterpret_cast<std::uint32_t*>(sm.qlo + off) = l ^ neg;
         }
@@ -149,14 +155,13 @@ __global__ void __launch_bounds__(Ws<QJL, FOLDED>::kThreads, 1) prefill_wgmma_ke
         // The folded tile lands in the stage while the value tile is dequantised; the full barrier counts its
         // bytes besides the producer's arrivals. (The consumers released the stage: its last reads are done.)
         if (pt == 0) {
-          mbar_expect_tx(&sm.full[stage], kFoldedTileBytes);
+          constexpr std::uint32_t kBytes = folded_tile_bytes(FOLD == kFoldQjl);
+          mbar_expect_tx(&sm.full[stage], kBytes);
           const std::uint64_t fold_tile =
               (static_cast<std::uint64_t>(blk.entry) * p.kv_heads + blk.kvh) * p.fold_tiles + tbeg + i;
-          const std::uint8_t* src = p.folded_keys + fold_tile * kFoldedTileBytes;
+          const std::uint8_t* src = p.folded_keys + fold_tile * kBytes;
           bulk_copy(sm.k[stage], src, kFoldedHalfTileBytes, &sm.full[stage]);
-          if constexpr (FOLDED) {
-            bulk_copy(sm.fold.k8[stage], src + kFoldedHalfTileBytes, kFoldedHalfTileBytes, &sm.full[stage]);
-          }
+          bulk_copy(sm.fold.k8[stage], src + kFoldedHalfTileBytes, W::kK8Bytes, &sm.full[stage]);
         }
       } else {
         dequant_tile<1, 5>(pt, sm.k[stage], staged_row0(s.kc, p.layer + p.key_codes, first, p.kc_bytes),
@@ -255,19 +260,19 @@ __global__ void __launch_bounds__(Ws<QJL, FOLDED>::kThreads, 1) prefill_wgmma_ke
 
     // ---- S = Q_hi Kᵀ + Q_lo Kᵀ (64 rows x 64 tokens per warpgroup), k-step s = dims 16 s ...
     float s[32];
-    // Folded keys: first the cross terms Q_hi·K_lo + Q_lo·K_hi as one FP8 product (K = 256 codes: eight k-steps of
-    // 32, the same byte offsets as the fp16 ones) on their own (FP8 MMAs accumulate with fewer bits, so the large
-    // terms must not pass through them), scaled back exactly, then the fp16 product Q_hi·K_hi added to them. (A
-    // second accumulator for the cross terms would leave the consumers too few registers: ptxas serialises the
-    // wgmma, C7512.)
+    // Folded keys: first the cross terms as one FP8 product (QJL keys Q_hi·K_lo + Q_lo·K_hi, K = 256 codes: eight
+    // k-steps of 32, the same byte offsets as the fp16 ones; MSE keys Q_lo·K_hi, four) on their own (FP8 MMAs
+    // accumulate with fewer bits, so the large terms must not pass through them), scaled back exactly, then the
+    // fp16 product Q_hi·K_hi added to them. (A second accumulator for the cross terms would leave the consumers
+    // too few registers: ptxas serialises the wgmma, C7512.)
     if constexpr (FOLDED) {
       const GmmaDesc desc_q8 = sw128_descriptor(sm.qlo + 64 * x * 128, 16, 1024);
       const GmmaDesc desc_k8 = sw128_descriptor(sm.fold.k8[0], 16, 1024);
       wgmma_fence();
 #pragma unroll
-      for (unsigned ks = 0; ks < D / 16; ++ks) {
+      for (unsigned ks = 0; ks < (FOLD == kFoldQjl ? 8u : 4u); ++ks) {
         const unsigned qcol = (ks / 4) * kQBlock + (ks % 4) * 32, kcol = (ks / 4) * kTileBlock + (ks % 4) * 32;
-        wgmma_m64n64k32_e4m3_ss(s, desc_q8.at(qcol), desc_k8.at(stage * kTileBytes + kcol), ks > 0);
+        wgmma_m64n64k32_e4m3_ss(s, desc_q8.at(qcol), desc_k8.at(stage * W::kK8Bytes + kcol), ks > 0);
       }
       wgmma_commit();
       wgmma_wait<0>();
@@ -428,25 +433,27 @@ struct WsKernel {
   void (*fn)(PrefillParams);
   unsigned threads, smem, moved_registers;
 };
-template <bool QJL>
-WsKernel ws_kernel_of(bool split_p, bool folded) {
-  using W = Ws<QJL>;
-  void (*fn)(PrefillParams) = split_p ? prefill_wgmma_kernel<true, QJL> : prefill_wgmma_kernel<false, QJL>;
-  unsigned smem = smem_bytes<QJL>();
-  if constexpr (!QJL) {
-    // Folded QJL keys: Fast precision only (HiLo keeps the exact sign tiles); the host never asks for HiLo. (The
-    // folded block moves the same registers as the MSE one.)
-    if (folded) {
-      fn = prefill_wgmma_kernel<false, false, true>;
-      smem = smem_bytes<false, true>();
-    }
-  }
-  return {fn, W::kThreads, smem,
+template <bool QJL, int FOLD>
+WsKernel ws_kernel_of(bool split_p) {
+  using W = Ws<QJL, FOLD>;
+  return {split_p ? prefill_wgmma_kernel<true, QJL, FOLD> : prefill_wgmma_kernel<false, QJL, FOLD>, W::kThreads,
+          smem_bytes<QJL, FOLD>(),
           W::kMoveRegisters ? 128u * (W::kConsumers * W::kConsumerRegs + W::kProducerRegs) : 0u};
 }
-// qjl_block: the two-consumer instance for QJL keys read from codes and signs; folded QJL keys run on the MSE block.
-WsKernel ws_kernel(bool qjl_block, bool split_p, bool folded) {
-  return qjl_block ? ws_kernel_of<true>(split_p, false) : ws_kernel_of<false>(split_p, folded);
+// The Fast-precision instance of folded keys (the host folds in Fast precision only, so no HiLo instance).
+template <int FOLD>
+WsKernel folded_kernel() {
+  using W = Ws<false, FOLD>;
+  return {prefill_wgmma_kernel<false, false, FOLD>, W::kThreads, smem_bytes<false, FOLD>(),
+          W::kMoveRegisters ? 128u * (W::kConsumers * W::kConsumerRegs + W::kProducerRegs) : 0u};
+}
+// qjl_block: the two-consumer instance for QJL keys read from codes and signs; folded keys (fold) run on the MSE
+// block.
+WsKernel ws_kernel(bool qjl_block, bool split_p, int fold) {
+  if (qjl_block) return ws_kernel_of<true, kFoldNone>(split_p);
+  if (fold == kFoldQjl) return folded_kernel<kFoldQjl>();
+  if (fold == kFoldMse) return folded_kernel<kFoldMse>();
+  return ws_kernel_of<false, kFoldNone>(split_p);
 }
 
 }  // namespace
@@ -457,8 +464,8 @@ std::uint32_t prefill_wgmma_partial_floats(bool qjl_block) {
   return qjl_block ? Ws<true>::kPartialFloats : Ws<false>::kPartialFloats;
 }
 
-cudaError_t prepare_prefill_wgmma(bool qjl_block, bool split_p, bool folded) {
-  const WsKernel k = ws_kernel(qjl_block, split_p, folded);
+cudaError_t prepare_prefill_wgmma(bool qjl_block, bool split_p, int fold) {
+  const WsKernel k = ws_kernel(qjl_block, split_p, fold);
   // The setmaxnreg moves can only redistribute the registers the block gets at launch; were the compiled count
   // lower than Ws::kLaunchRegs assumes, the consumers' increase would wait forever. Refuse that instead.
   cudaFuncAttributes attr{};
@@ -468,8 +475,8 @@ cudaError_t prepare_prefill_wgmma(bool qjl_block, bool split_p, bool folded) {
   return cudaFuncSetAttribute(k.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(k.smem));
 }
 
-int prefill_wgmma_blocks_per_sm(bool qjl_block, bool split_p, bool folded) {
-  const WsKernel k = ws_kernel(qjl_block, split_p, folded);
+int prefill_wgmma_blocks_per_sm(bool qjl_block, bool split_p, int fold) {
+  const WsKernel k = ws_kernel(qjl_block, split_p, fold);
   int blocks = 0;
   if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, k.fn, static_cast<int>(k.threads), k.smem) !=
       cudaSuccess) {
@@ -481,8 +488,8 @@ int prefill_wgmma_blocks_per_sm(bool qjl_block, bool split_p, bool folded) {
 
 cudaError_t launch_prefill_wgmma(const PrefillParams& p, cudaStream_t stream) {
   if (p.batch == 0 || p.tiles == 0) return cudaSuccess;
-  const bool folded = p.folded_keys != nullptr;
-  const WsKernel k = ws_kernel(p.qjl != 0 && !folded, p.split_p != 0, folded);
+  const int fold = p.folded_keys == nullptr ? kFoldNone : (p.qjl != 0 ? kFoldQjl : kFoldMse);
+  const WsKernel k = ws_kernel(p.qjl != 0 && fold == kFoldNone, p.split_p != 0, fold);
   const dim3 grid(p.tiles * p.key_splits, p.kv_heads * p.head_groups, p.batch);
   k.fn<<<grid, k.threads, k.smem, stream>>>(p);
   return cudaGetLastError();

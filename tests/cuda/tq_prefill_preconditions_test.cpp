@@ -41,8 +41,8 @@ struct PreconditionCase {
   std::uint32_t window;
   PrefillKernel kernel;
   int multiprocessors;  // 1: no key split; large: as many splits as the keys allow (warpgroup kernel)
-  // The plan's max_length (0: the capacity). Below the device lengths, folded keys (QJL keys, Fast precision,
-  // warpgroup kernel) have no tiles for the keys past it: rows that need them are NaN (kPrefillKeysBeyondPlan).
+  // The plan's max_length (0: the capacity). Below the device lengths, folded keys (the warpgroup kernel's in
+  // Fast precision) have no tiles for the keys past it: rows that need them are NaN (kPrefillKeysBeyondPlan).
   std::uint32_t plan_length = 0;
 };
 
@@ -165,6 +165,7 @@ TEST(CudaPrefillPreconditions, BrokenDeviceValuesAreLoud) {
       {"k=prod3,v=mse2", 16, PrefillKernel::Portable, 1},
       {"k=prod3,v=mse2", 0, PrefillKernel::Warpgroup, 1, 128},     // folded keys, lengths past max_length
       {"k=prod3,v=mse2", 16, PrefillKernel::Warpgroup, many, 128},
+      {"k=mse4,v=mse3,nc", 16, PrefillKernel::Warpgroup, 1, 128},  // folded MSE keys
   };
   for (const PreconditionCase& c : cases) check_preconditions(c, fresh_seed());
 }

@@ -478,7 +478,13 @@ TEST(CudaPrefill, BadArgumentsAreTypedErrors) {
   EXPECT_EQ(take(with_key_splits(portable_plan, 1)).workspace_bytes, 0u);
   auto unsplit = take(with_key_splits(split_plan, 1));
   EXPECT_EQ(unsplit.key_splits, 1u);
-  EXPECT_EQ(unsplit.workspace_bytes, 0u);
+  // MSE keys are folded on the warpgroup kernel in Fast precision (the default): 24 KiB per 64-token tile of
+  // max_length and KV head (the fp16 and the e4m3 key tile), nothing more without a key split; HiLo reads codes.
+  EXPECT_TRUE(unsplit.folded_keys);
+  EXPECT_EQ(unsplit.workspace_bytes, std::uint64_t{2} * (4096 / 64) * 24576);
+  const PrefillPlan hilo_plan = take(plan_prefill(big, mse, 4, 8, 4096, 1, PrefillPrecision::HiLo));
+  EXPECT_FALSE(hilo_plan.folded_keys);
+  EXPECT_EQ(hilo_plan.workspace_bytes, 0u);
   auto five = take(with_key_splits(split_plan, 5));
   EXPECT_EQ(five.key_splits, 5u);
   auto three = take(with_key_splits(split_plan, 3));
