@@ -3,19 +3,23 @@
 // saturates beyond), with k̂ = c + ρ·s·R_j⁻¹σ the folded key in the rotated space and α < 2 the key table's scale.
 // So the scales are safe while |k̂| ≤ 448 / (2 · kFoldKhiScale) = 56 (K_lo is at most half an fp16 ulp of K_hi,
 // which keeps K_lo · kFoldKloScale below 448 for |K_hi| < 256). The codec encodes unit-norm rows, so k̂ stays
-// below one unit whatever the input (measured ≤ 0.41); this checks it on rows of every kind of shape — Gaussian,
+// below one unit whatever the input (measured ≤ 0.45); this checks it on rows of every kind of shape — Gaussian,
 // heavy-tailed, one coordinate, constant, a few large coordinates — for every QJL key mode at head_dim 128, with
 // a margin of 8, through the codec's own float64 dequantisation (decode_key builds the same k̂ before its inverse
-// rotation).
+// rotation). Folded MSE keys ("Folded MSE keys"): their e4m3 tile holds K_hi = fp16(α·c) times kFoldKhiScale for
+// the key table's centroids c, and the queries' operand Q_lo times kFoldQloScale; both are checked against e4m3's
+// range for every MSE key width.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cuda_fp16.h>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "cuda/lut_scale.hpp"
 #include "cuda/prefill_params.hpp"
 #include "kvcompact/tq/codec.hpp"
 #include "kvcompact/tq/config.hpp"
@@ -71,6 +75,26 @@ TEST(PrefillFoldRange, FoldedQjlKeysStayFarInsideTheFp8Scales) {
     }
     std::printf("[fold-range] %s: largest |k̂| %.3f (safe up to %.0f)\n", mode, largest, kSafe);
     EXPECT_LE(largest, kSafe / 8.0);
+  }
+}
+
+TEST(PrefillFoldRange, FoldedMseKeysAndTheirQueriesFitTheFp8Scales) {
+  constexpr double kE4m3Max = 448.0;
+  // The queries are scaled to max |q| = 2^10, so Q_lo = q − fp16(q) is at most half an fp16 ulp at 2^10 (2^-1).
+  EXPECT_LE(0.5 * kFoldQloScale, kE4m3Max / 2.0);
+  constexpr std::uint32_t d = 128;
+  for (const char* mode : {"k=mse2,v=mse2", "k=mse3,v=mse2", "k=mse4,v=mse3", "k=mse5,v=mse2"}) {
+    SCOPED_TRACE(mode);
+    const LayerCodec codec = LayerCodec::create(d, QuantConfig::parse(mode, 1).value(), 0).value();
+    const float alpha = fp16_table_scale(codec.key_codebook());
+    double largest = 0.0;
+    for (const float c : codec.key_codebook().centroids_f32()) {
+      largest = std::max(largest, std::fabs(static_cast<double>(__half2float(__float2half_rn(alpha * c)))));
+    }
+    std::printf("[fold-range] %s: largest |fp16(α·c)| %.3f, in e4m3 units %.1f of %.0f\n", mode, largest,
+                largest * kFoldKhiScale, kE4m3Max);
+    EXPECT_GT(largest, 0.0);
+    EXPECT_LE(largest * kFoldKhiScale, kE4m3Max / 8.0);
   }
 }
 
