@@ -40,6 +40,28 @@ inline double worst_row_error(const std::vector<float>& out, const std::vector<d
   return worst;
 }
 
+// Appends the same random f32 rows (keys with outlier channels, as random_rows makes them) at `position` of
+// (layer, seq) to the CPU cache from host memory and to the device cache from device buffers.
+inline ::testing::AssertionResult append_same_random_rows(std::mt19937_64& rng, kvcompact::tq::TurboQuantCache& cpu,
+                                                          tq::DeviceCache& gpu, std::uint32_t layer, std::uint32_t seq,
+                                                          std::uint32_t position, std::uint32_t rows,
+                                                          std::uint32_t heads, std::uint32_t d) {
+  using kvcompact::tq::testing::random_rows;
+  const auto k = random_rows(rng, std::size_t{rows} * heads, d, 1.0f, true);
+  const auto v = random_rows(rng, std::size_t{rows} * heads, d, 1.0f, false);
+  const Status on_cpu = cpu.append(layer, seq, position, rows, DType::F32, k.data(), v.data());
+  if (!on_cpu.ok()) return ::testing::AssertionFailure() << "CPU append: " << on_cpu.error().to_string();
+  auto dk = DeviceBuffer::allocate(k.size() * 4);
+  auto dv = DeviceBuffer::allocate(v.size() * 4);
+  if (!dk.ok() || !dv.ok()) return ::testing::AssertionFailure() << "device buffers for the rows";
+  if (!dk->upload(k.data(), k.size() * 4).ok() || !dv->upload(v.data(), v.size() * 4).ok()) {
+    return ::testing::AssertionFailure() << "upload of the rows";
+  }
+  const Status on_gpu = gpu.append(layer, seq, position, rows, DType::F32, dk->data(), dv->data());
+  if (!on_gpu.ok()) return ::testing::AssertionFailure() << "device append: " << on_gpu.error().to_string();
+  return ::testing::AssertionSuccess();
+}
+
 inline void expect_same_snapshot(const kvcompact::tq::LayerSnapshot& a, const kvcompact::tq::LayerSnapshot& b,
                                  const std::string& where) {
   EXPECT_EQ(a.length, b.length) << where;

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "cuda/cuda_test_util.hpp"
+#include "cuda/device_cache_checks.hpp"
 #include "kvcompact/core/dtypes.hpp"
 #include "kvcompact/cuda/runtime.hpp"
 #include "kvcompact/cuda/tq_cache.hpp"
@@ -24,6 +25,7 @@
 namespace kvcompact::cuda::tq {
 namespace {
 
+using kvcompact::cuda::testing::append_same_random_rows;
 using kvcompact::cuda::testing::take;
 using kvcompact::tq::AttentionOptions;
 using kvcompact::tq::AttentionRequest;
@@ -96,14 +98,7 @@ TEST(CudaCacheStreams, AttentionCallsOnTwoStreamsDoNotShareTheirArguments) {
   auto gpu = take(DeviceCache::create(shape, config));
   // Sequence 0 long (its requests' kernels take a while), sequence 1 short.
   for (const auto& [seq, rows] : {std::pair{0u, 4000u}, std::pair{1u, 300u}}) {
-    const auto k = random_rows(rng, std::size_t{rows} * heads, d, 1.0f, true);
-    const auto v = random_rows(rng, std::size_t{rows} * heads, d, 1.0f, false);
-    ASSERT_OK(cpu.append(0, seq, 0, rows, DType::F32, k.data(), v.data()));
-    auto dk = take(DeviceBuffer::allocate(k.size() * 4));
-    auto dv = take(DeviceBuffer::allocate(v.size() * 4));
-    ASSERT_OK(dk.upload(k.data(), k.size() * 4));
-    ASSERT_OK(dv.upload(v.data(), v.size() * 4));
-    ASSERT_OK(gpu.append(0, seq, 0, rows, DType::F32, dk.data(), dv.data()));
+    ASSERT_TRUE(append_same_random_rows(rng, cpu, gpu, 0, seq, 0, rows, heads, d));
   }
   cudaStream_t streams[2] = {};
   for (cudaStream_t& s : streams) ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);

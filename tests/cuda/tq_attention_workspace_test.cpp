@@ -23,6 +23,7 @@
 namespace kvcompact::cuda::tq {
 namespace {
 
+using kvcompact::cuda::testing::append_same_random_rows;
 using kvcompact::cuda::testing::take;
 using kvcompact::cuda::testing::worst_row_error;
 using kvcompact::tq::AttentionOptions;
@@ -52,15 +53,7 @@ TEST(CudaCacheWorkspace, AttentionWorkspaceFollowsTheRequestsNotTheCapacity) {
   auto gpu = take(DeviceCache::create(shape, config));
   const std::uint32_t lengths[2] = {700, 230};
   for (std::uint32_t seq = 0; seq < 2; ++seq) {
-    const std::uint32_t rows = lengths[seq];
-    const auto k = random_rows(rng, std::size_t{rows} * heads, d, 1.0f, true);
-    const auto v = random_rows(rng, std::size_t{rows} * heads, d, 1.0f, false);
-    ASSERT_OK(cpu.append(0, seq, 0, rows, DType::F32, k.data(), v.data()));
-    auto dk = take(DeviceBuffer::allocate(k.size() * 4));
-    auto dv = take(DeviceBuffer::allocate(v.size() * 4));
-    ASSERT_OK(dk.upload(k.data(), k.size() * 4));
-    ASSERT_OK(dv.upload(v.data(), v.size() * 4));
-    ASSERT_OK(gpu.append(0, seq, 0, rows, DType::F32, dk.data(), dv.data()));
+    ASSERT_TRUE(append_same_random_rows(rng, cpu, gpu, 0, seq, 0, lengths[seq], heads, d));
   }
   ASSERT_OK(synchronize());
   // Three calls: the end of the longer sequence; a chunk in the middle of it (keys past the chunk exist but are

@@ -28,6 +28,7 @@ namespace {
 
 using kvcompact::cuda::testing::expect_decode_matches_oracle;
 using kvcompact::cuda::testing::expect_same_snapshot;
+using kvcompact::cuda::testing::append_same_random_rows;
 using kvcompact::cuda::testing::take;
 using kvcompact::cuda::testing::worst_row_error;
 
@@ -192,15 +193,7 @@ TEST(CudaCache, ChunkedPrefillMatchesTheCpuCache) {
       const std::uint32_t room = shape.capacity - length;
       if (room == 0) continue;
       const std::uint32_t rows = 1 + static_cast<std::uint32_t>(rng() % std::min<std::uint32_t>(room, 160));
-      const auto k = random_rows(rng, std::size_t{rows} * heads, d, 1.0f, true);
-      const auto v = random_rows(rng, std::size_t{rows} * heads, d, 1.0f, false);
-      ASSERT_TRUE(cpu.append(layer, seq, length, rows, DType::F32, k.data(), v.data()).ok());
-      auto dk = take(DeviceBuffer::allocate(k.size() * 4));
-      auto dv = take(DeviceBuffer::allocate(v.size() * 4));
-      ASSERT_TRUE(dk.upload(k.data(), k.size() * 4).ok());
-      ASSERT_TRUE(dv.upload(v.data(), v.size() * 4).ok());
-      const Status appended = gpu.append(layer, seq, length, rows, DType::F32, dk.data(), dv.data());
-      ASSERT_TRUE(appended.ok()) << appended.error().to_string();
+      ASSERT_TRUE(append_same_random_rows(rng, cpu, gpu, layer, seq, length, rows, heads, d));
       // The chunk's own queries.
       const auto q = random_rows(rng, std::size_t{rows} * q_heads, d, 1.0f, false);
       auto dq = take(DeviceBuffer::allocate(q.size() * 4));
