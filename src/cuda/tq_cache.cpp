@@ -470,9 +470,9 @@ Status DeviceCache::attention(std::uint32_t layer, std::span<const ktq::Attentio
   }
   if (max_rows == 0) return ok_status();
   // Planned for the keys the requests see (a row at position p reads keys [0, p]), not for the capacity: the
-  // folded QJL keys' workspace (512 B per token and KV head) is then bounded by the prompt. The host lengths are
-  // current (check_host_lengths), so the device lengths need no plan covering them: every kernel reads keys
-  // below first_position + rows only.
+  // folded keys' workspace (per token and KV head 512 B for QJL keys, 384 for MSE keys) is then bounded by the
+  // prompt. The host lengths are current (check_host_lengths), so the device lengths need no plan covering them:
+  // every kernel reads keys below first_position + rows only.
   KVC_ASSIGN_OR_RETURN(PrefillPlan plan,
                        tq::plan_prefill(l.layout, config_, options.q_heads, max_rows, max_end, multiprocessors_,
                                         precision, PrefillKernel::Auto, 1));
