@@ -426,10 +426,11 @@ Status DeviceCache::decode(std::uint32_t layer, const DecodePlan& plan, const fl
 }
 
 Result<PrefillPlan> DeviceCache::plan_prefill(std::uint32_t layer, std::uint32_t q_heads, std::uint32_t max_rows,
-                                              PrefillPrecision precision, std::uint32_t max_batch) const {
+                                              PrefillPrecision precision, std::uint32_t max_batch,
+                                              std::uint32_t max_length) const {
   KVC_TRY(check_layer_seq(layer, 0, true));
-  return tq::plan_prefill(layers_[layer]->layout, config_, q_heads, max_rows, capacity_, multiprocessors_, precision,
-                          PrefillKernel::Auto, max_batch);
+  return tq::plan_prefill(layers_[layer]->layout, config_, q_heads, max_rows, max_length == 0 ? capacity_ : max_length,
+                          multiprocessors_, precision, PrefillKernel::Auto, max_batch);
 }
 
 Status DeviceCache::prefill(std::uint32_t layer, const PrefillPlan& plan, PrefillArgs args, void* workspace,

@@ -168,13 +168,15 @@ class DeviceCache {
                    PrefillPrecision precision = kDefaultPrefillPrecision);
 
   // The plan / run form of chunked prefill over `layer`: plan once per (q_heads, max_rows, max_batch entries
-  // per launch); prefill fills args.lengths / args.window_begins with the cache's device mirrors (whatever the
-  // caller set) and checks that every sequence's length is ≤ the plan's max_length. The caller passes a
-  // workspace of plan.workspace_bytes (non-zero where the plan splits the keys). Device-side preconditions: see
-  // PrefillArgs.
+  // per launch, max_length: the longest sequence the plan serves, 0 = the capacity); prefill fills args.lengths /
+  // args.window_begins with the cache's device mirrors (whatever the caller set) and checks that every sequence's
+  // length is ≤ the plan's max_length (OutOfRange). The caller passes a workspace of plan.workspace_bytes
+  // (non-zero where the plan splits the keys or folds them: in Fast precision 384 / 512 bytes per token of
+  // max_length, KV head and batch entry for MSE / QJL keys, so a bound below the capacity keeps it small).
+  // Device-side preconditions: see PrefillArgs.
   Result<PrefillPlan> plan_prefill(std::uint32_t layer, std::uint32_t q_heads, std::uint32_t max_rows,
                                    PrefillPrecision precision = kDefaultPrefillPrecision,
-                                   std::uint32_t max_batch = 1) const;
+                                   std::uint32_t max_batch = 1, std::uint32_t max_length = 0) const;
   Status prefill(std::uint32_t layer, const PrefillPlan& plan, PrefillArgs args, void* workspace = nullptr,
                  void* stream = nullptr) const;
 
