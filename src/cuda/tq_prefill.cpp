@@ -42,6 +42,14 @@ std::uint64_t fold_bytes(const PrefillPlan& plan) {
                                 detail::folded_tile_bytes(plan.config.has_qjl())
                           : 0u;
 }
+// The workspace a plan's fields need (with_key_splits' workspace_bytes).
+std::uint64_t needed_workspace(const PrefillPlan& plan) {
+  return plan.folded_keys ? fold_offset(plan) + fold_bytes(plan) : split_bytes(plan);
+}
+// plan_prefill folds exactly the warpgroup kernel's Fast-precision plans; no kernel instance serves the others.
+bool folds(const PrefillPlan& plan) {
+  return plan.kernel == PrefillKernel::Warpgroup && plan.precision == PrefillPrecision::Fast;
+}
 }  // namespace
 
 bool prefill_supported(std::uint32_t head_dim, const kvcompact::tq::QuantConfig& config) {
@@ -157,7 +165,7 @@ Result<PrefillPlan> with_key_splits(const PrefillPlan& plan, std::uint32_t key_s
   }
   PrefillPlan out = plan;
   out.key_splits = key_splits;
-  out.workspace_bytes = out.folded_keys ? fold_offset(out) + fold_bytes(out) : split_bytes(out);
+  out.workspace_bytes = needed_workspace(out);
   return out;
 }
 
@@ -181,6 +189,19 @@ Status prefill_attention(const PrefillPlan& plan, const DeviceCodec& codec, cons
       (plan.key_splits > 1 && plan.kernel != PrefillKernel::Warpgroup)) {
     return make_error(ErrorCode::InvalidArgument, "prefill plan with {} key splits for the {} kernel",
                       plan.key_splits, plan.kernel == PrefillKernel::Warpgroup ? "warpgroup" : "portable");
+  }
+  // (Plans are plain structs: a field edited by hand must not make the kernels write past the workspace or pick
+  // an instance that does not exist.)
+  if (plan.folded_keys != folds(plan)) {
+    return make_error(ErrorCode::InvalidArgument,
+                      "prefill plan with folded_keys {} for the {} kernel in {} precision (plan_prefill folds exactly "
+                      "the warpgroup kernel's fast-precision plans)",
+                      plan.folded_keys, plan.kernel == PrefillKernel::Warpgroup ? "warpgroup" : "portable",
+                      plan.precision == PrefillPrecision::Fast ? "fast" : "hi + lo");
+  }
+  if (plan.workspace_bytes < needed_workspace(plan)) {
+    return make_error(ErrorCode::InvalidArgument, "prefill plan's workspace_bytes {} is below the {} its fields need",
+                      plan.workspace_bytes, needed_workspace(plan));
   }
   if (args.batch == 0) return ok_status();
   if (layer_data == nullptr || args.queries == nullptr || args.output == nullptr || args.rows == nullptr ||

@@ -427,33 +427,27 @@ __global__ void __launch_bounds__(Ws<QJL, FOLD>::kThreads, 1) prefill_wgmma_kern
   finish_rows<D, kConsumerWarps, kRows>(p, t, blk, obuf, sm.row_m, sm.row_l);
 }
 
-// The kernel instance and its launch shape for a mode (QJL or not) and P precision, with the registers its
-// setmaxnreg moves hand out (0 without a move).
+// The kernel instance and its launch shape, with the registers its setmaxnreg moves hand out (0 without a move).
 struct WsKernel {
   void (*fn)(PrefillParams);
   unsigned threads, smem, moved_registers;
 };
-template <bool QJL, int FOLD>
-WsKernel ws_kernel_of(bool split_p) {
+template <bool SPLITP, bool QJL, int FOLD>
+WsKernel ws_instance() {
   using W = Ws<QJL, FOLD>;
-  return {split_p ? prefill_wgmma_kernel<true, QJL, FOLD> : prefill_wgmma_kernel<false, QJL, FOLD>, W::kThreads,
-          smem_bytes<QJL, FOLD>(),
+  return {prefill_wgmma_kernel<SPLITP, QJL, FOLD>, W::kThreads, smem_bytes<QJL, FOLD>(),
           W::kMoveRegisters ? 128u * (W::kConsumers * W::kConsumerRegs + W::kProducerRegs) : 0u};
 }
-// The Fast-precision instance of folded keys (the host folds in Fast precision only, so no HiLo instance).
-template <int FOLD>
-WsKernel folded_kernel() {
-  using W = Ws<false, FOLD>;
-  return {prefill_wgmma_kernel<false, false, FOLD>, W::kThreads, smem_bytes<false, FOLD>(),
-          W::kMoveRegisters ? 128u * (W::kConsumers * W::kConsumerRegs + W::kProducerRegs) : 0u};
-}
-// qjl_block: the two-consumer instance for QJL keys read from codes and signs; folded keys (fold) run on the MSE
-// block.
+// The instances plan_prefill can ask for (prefill_attention refuses edited plans that would need others): Fast
+// precision folds the keys (the MSE block; split_p false), HiLo reads codes (and signs: qjl_block, the
+// two-consumer instance). Anything else has no instance: fn is null.
 WsKernel ws_kernel(bool qjl_block, bool split_p, int fold) {
-  if (qjl_block) return ws_kernel_of<true, kFoldNone>(split_p);
-  if (fold == kFoldQjl) return folded_kernel<kFoldQjl>();
-  if (fold == kFoldMse) return folded_kernel<kFoldMse>();
-  return ws_kernel_of<false, kFoldNone>(split_p);
+  if (fold != kFoldNone) {
+    if (split_p || qjl_block) return {};
+    return fold == kFoldQjl ? ws_instance<false, false, kFoldQjl>() : ws_instance<false, false, kFoldMse>();
+  }
+  if (!split_p) return {};
+  return qjl_block ? ws_instance<true, true, kFoldNone>() : ws_instance<true, false, kFoldNone>();
 }
 
 }  // namespace
@@ -466,6 +460,7 @@ std::uint32_t prefill_wgmma_partial_floats(bool qjl_block) {
 
 cudaError_t prepare_prefill_wgmma(bool qjl_block, bool split_p, int fold) {
   const WsKernel k = ws_kernel(qjl_block, split_p, fold);
+  if (k.fn == nullptr) return cudaErrorInvalidValue;
   // The setmaxnreg moves can only redistribute the registers the block gets at launch; were the compiled count
   // lower than Ws::kLaunchRegs assumes, the consumers' increase would wait forever. Refuse that instead.
   cudaFuncAttributes attr{};
@@ -478,6 +473,7 @@ cudaError_t prepare_prefill_wgmma(bool qjl_block, bool split_p, int fold) {
 int prefill_wgmma_blocks_per_sm(bool qjl_block, bool split_p, int fold) {
   const WsKernel k = ws_kernel(qjl_block, split_p, fold);
   int blocks = 0;
+  if (k.fn == nullptr) return 0;
   if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, k.fn, static_cast<int>(k.threads), k.smem) !=
       cudaSuccess) {
     (void)cudaGetLastError();
@@ -490,6 +486,7 @@ cudaError_t launch_prefill_wgmma(const PrefillParams& p, cudaStream_t stream) {
   if (p.batch == 0 || p.tiles == 0) return cudaSuccess;
   const int fold = p.folded_keys == nullptr ? kFoldNone : (p.qjl != 0 ? kFoldQjl : kFoldMse);
   const WsKernel k = ws_kernel(p.qjl != 0 && fold == kFoldNone, p.split_p != 0, fold);
+  if (k.fn == nullptr) return cudaErrorInvalidValue;
   const dim3 grid(p.tiles * p.key_splits, p.kv_heads * p.head_groups, p.batch);
   k.fn<<<grid, k.threads, k.smem, stream>>>(p);
   return cudaGetLastError();

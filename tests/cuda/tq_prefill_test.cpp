@@ -492,6 +492,21 @@ TEST(CudaPrefill, BadArgumentsAreTypedErrors) {
   five.key_splits = kMaxPrefillKeySplits + 1;  // edited by hand: refused at run time
   EXPECT_EQ(prefill_attention(five, mse_codec, big_buffer.data(), args, big_buffer.data()).error().code,
             ErrorCode::InvalidArgument);
+  // Other fields edited by hand, refused at run time as well: folding switched off or on against the kernel and
+  // precision (no instance would serve it; a fold without its tiles in the workspace would write past it), and a
+  // workspace_bytes below what the plan's fields need.
+  auto unfolded = three;
+  unfolded.folded_keys = false;
+  EXPECT_EQ(prefill_attention(unfolded, mse_codec, big_buffer.data(), args, big_buffer.data()).error().code,
+            ErrorCode::InvalidArgument);
+  auto folded_hilo = take(plan_prefill(big, mse, 4, 8, 4096, 132, PrefillPrecision::HiLo));
+  folded_hilo.folded_keys = true;
+  EXPECT_EQ(prefill_attention(folded_hilo, mse_codec, big_buffer.data(), args, big_buffer.data()).error().code,
+            ErrorCode::InvalidArgument);
+  auto short_workspace = three;
+  short_workspace.workspace_bytes -= 1;
+  EXPECT_EQ(prefill_attention(short_workspace, mse_codec, big_buffer.data(), args, big_buffer.data()).error().code,
+            ErrorCode::InvalidArgument);
   // A codec of another mode.
   const QuantConfig other = *QuantConfig::parse("k=mse4,v=mse3,nc");
   auto other_cache = take(TurboQuantCache::create(CacheShape{128, {2}, 1, 64}, other));
