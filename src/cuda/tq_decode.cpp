@@ -7,6 +7,7 @@
 
 #include "attention_checks.hpp"
 #include "check.hpp"
+#include "decode_plan_check.hpp"
 #include "decode_split.hpp"
 #include "kvcompact/cuda/tq.hpp"
 #include "params.hpp"
@@ -14,16 +15,7 @@
 namespace kvcompact::cuda::tq {
 
 namespace {
-constexpr std::uint64_t kMaxGridYZ = 65535;  // CUDA's limit on a grid's y and z dimensions
-
 std::uint64_t align256(std::uint64_t x) { return (x + 255u) & ~std::uint64_t{255}; }
-
-// One arrival word per block row of the fused kernel: (sequence, KV head, head group).
-std::uint64_t arrival_words(const DecodePlan& plan) {
-  const std::uint64_t head_groups = (plan.q_heads / plan.layout.kv_heads + detail::kDecodeGroup - 1) / detail::kDecodeGroup;
-  return std::uint64_t{plan.layout.sequences} * plan.layout.kv_heads * head_groups;
-}
-
 }  // namespace
 
 bool decode_supported(std::uint32_t head_dim, const kvcompact::tq::QuantConfig& config) {
@@ -33,21 +25,10 @@ bool decode_supported(std::uint32_t head_dim, const kvcompact::tq::QuantConfig& 
 Result<DecodePlan> plan_decode(const LayerLayout& layout, const kvcompact::tq::QuantConfig& config,
                                std::uint32_t q_heads, std::uint32_t max_length, int multiprocessors) {
   using detail::kDecodeGroup;
-  KVC_TRY(detail::check_plan_heads_and_mode(layout, config, q_heads, decode_supported(layout.head_dim, config), "decode"));
+  KVC_TRY(detail::check_decode_shape(layout, config, q_heads));
   if (max_length > layout.capacity) {
     return make_error(ErrorCode::OutOfRange, "max_length {} exceeds the layout capacity {}", max_length,
                       layout.capacity);
-  }
-  if (layout.exact_window > detail::kMaxWindow) {
-    return make_error(ErrorCode::Unsupported, "exact window {} exceeds the CUDA decode limit {}", layout.exact_window,
-                      detail::kMaxWindow);
-  }
-  // The fused kernel's grid is (splits, kv_heads x head groups, sequences); the window and merge kernels' are
-  // (q_heads, sequences) and sequences x q_heads blocks.
-  const std::uint64_t grid_y = std::uint64_t{layout.kv_heads} * ((q_heads / layout.kv_heads + kDecodeGroup - 1) / kDecodeGroup);
-  if (grid_y > kMaxGridYZ || layout.sequences > kMaxGridYZ) {
-    return make_error(ErrorCode::OutOfRange, "decode grid (kv heads x head groups {}, sequences {}) exceeds the CUDA "
-                      "limit {}", grid_y, layout.sequences, kMaxGridYZ);
   }
   if (multiprocessors <= 0) multiprocessors = 1;
   DecodePlan plan;
@@ -84,8 +65,7 @@ Result<DecodePlan> plan_decode(const LayerLayout& layout, const kvcompact::tq::Q
   const std::uint64_t chunk = split.chunk, splits = split.splits;
   plan.chunk = static_cast<std::uint32_t>(chunk);
   plan.splits = static_cast<std::uint32_t>(splits);
-  const std::uint64_t parts = std::uint64_t{layout.sequences} * q_heads * (splits + 1);
-  plan.workspace_bytes = align256(parts * layout.head_dim * 4) + align256(parts * 4) + align256(arrival_words(plan) * 8);
+  plan.workspace_bytes = detail::decode_workspace_bytes(layout, q_heads, splits);
   return plan;
 }
 
@@ -94,6 +74,7 @@ static_assert(detail::kStatusLengthBeyondPlan == kDecodeLengthBeyondPlan, "the k
 Status decode_attention(const DecodePlan& plan, const DeviceCodec& codec, const void* layer_data,
                         const DecodeArgs& args, void* workspace, void* stream) {
   const LayerLayout& layout = plan.layout;
+  KVC_TRY(detail::check_decode_plan(plan));
   KVC_TRY(detail::check_codec_matches_plan(codec, layout, plan.config));
   if (layer_data == nullptr || args.queries == nullptr || args.lengths == nullptr || args.output == nullptr ||
       workspace == nullptr) {

@@ -22,6 +22,7 @@
 #include "kvcompact/tq/cache.hpp"
 #include "unit/tq/attention_test_util.hpp"
 #include "cuda/cuda_test_util.hpp"
+#include "cuda/params.hpp"
 
 namespace kvcompact::cuda::tq {
 namespace {
@@ -390,6 +391,66 @@ DecodeInputs decode_inputs(std::mt19937_64& rng, const QuantConfig& config, std:
   auto dq = take(DeviceBuffer::allocate(q.size() * 4));
   EXPECT_OK(dq.upload(q.data(), q.size() * 4));
   return DecodeInputs{std::move(cache), std::move(codec), std::move(layer), std::move(dlen), std::move(dq), std::move(q)};
+}
+
+// Plans are plain structs: decode_attention re-checks a plan's fields (decode_plan_check.hpp) and refuses hand
+// edits that would make its kernels read past the layer, write past the workspace or leave tokens out, with
+// InvalidArgument and before any launch (the output keeps its bytes). DecodePlanCheck.* covers every field on the
+// CPU; this runs the edits through the entry point.
+TEST(CudaDecode, EditedPlansAreTypedErrors) {
+  SKIP_WITHOUT_GPU();
+  const std::uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  auto props = take(device_properties(0));
+  for (const QuantConfig& config : {QuantConfig::recommended(seed), QuantConfig::seed_system(seed)}) {
+    const std::uint32_t q_heads = 8, capacity = 1300;
+    DecodeInputs in = decode_inputs(rng, config, 128, 2, q_heads, {700, 1, 1300}, capacity);
+    const auto view = in.cache.view(0);
+    auto out = take(DeviceBuffer::allocate(in.q.size() * 4));
+    const DecodePlan plan = take(plan_decode(*view.layout, config, q_heads, capacity, props.multiprocessors));
+    auto ws = take(DeviceBuffer::allocate(plan.workspace_bytes));
+    DecodeArgs args;
+    args.queries = static_cast<const float*>(in.queries.data());
+    args.lengths = static_cast<const std::uint32_t*>(in.lengths.data());
+    args.output = static_cast<float*>(out.data());
+    ASSERT_OK(decode_attention(plan, in.codec, in.layer.data(), args, ws.data()));
+    ASSERT_OK(synchronize());
+    ASSERT_OK(out.fill(0xA5));
+    auto refused = [&](const DecodePlan& edited, const char* field) {
+      const Status st = decode_attention(edited, in.codec, in.layer.data(), args, ws.data());
+      EXPECT_FALSE(st.ok()) << field;
+      if (!st.ok()) {
+        EXPECT_EQ(st.error().code, ErrorCode::InvalidArgument) << st.error().to_string();
+        EXPECT_NE(st.error().message.find(field), std::string::npos) << st.error().to_string();
+      }
+    };
+    DecodePlan e = plan;
+    e.max_length = capacity + 1;
+    refused(e, "max_length");
+    e = plan;
+    e.splits = plan.splits + 1;  // the workspace was sized for the plan's splits
+    refused(e, "workspace_bytes");
+    e = plan;
+    e.chunk = 0;
+    refused(e, "chunk");
+    e = plan;
+    e.splits = 0;
+    refused(e, "splits");
+    e = plan;
+    e.workspace_bytes = plan.workspace_bytes - 1;
+    refused(e, "workspace_bytes");
+    if (!detail::decode_has_wide(128, config.key_code_bits(), config.has_qjl())) {
+      e = plan;
+      e.wide = true;
+      refused(e, "wide");
+    }
+    ASSERT_OK(synchronize());
+    std::vector<std::uint8_t> bytes(in.q.size() * 4);
+    ASSERT_OK(out.download(bytes.data(), bytes.size()));
+    EXPECT_EQ(std::count(bytes.begin(), bytes.end(), std::uint8_t{0xA5}), static_cast<std::ptrdiff_t>(bytes.size()))
+        << "a refused call wrote output";
+  }
 }
 
 // plan / run: decode_attention allocates nothing and synchronises nothing, so it can be captured in a CUDA
