@@ -9,6 +9,7 @@
 #include "attention_checks.hpp"
 #include "check.hpp"
 #include "prefill_params.hpp"
+#include "prefill_plan_check.hpp"
 #include "prefill_split.hpp"
 
 namespace kvcompact::cuda::tq {
@@ -97,29 +98,23 @@ Result<PrefillPlan> plan_prefill(const LayerLayout& layout, const kvcompact::tq:
   // QJL block's exact sign tiles, and its MSE keys gained nothing from folding (0.97-1.01 in the H200 A/B).
   const bool folded = use_wgmma && precision == PrefillPrecision::Fast;
   const int fold = !folded ? detail::kFoldNone : (qjl ? detail::kFoldQjl : detail::kFoldMse);
-  const std::uint32_t block_rows = use_wgmma ? detail::prefill_wgmma_block_rows(qjl && !folded)
-                                             : detail::prefill_block_rows(layout.head_dim, qjl);
-  const std::uint32_t group = q_heads / layout.kv_heads;
+  const PrefillKernel runs = use_wgmma ? PrefillKernel::Warpgroup : PrefillKernel::Portable;
+  const std::uint32_t block_rows = detail::prefill_plan_block_rows(layout.head_dim, qjl, runs, folded);
   PrefillPlan plan;
   plan.layout = layout;
   plan.config = config;
   plan.precision = precision;
-  plan.kernel = use_wgmma ? PrefillKernel::Warpgroup : PrefillKernel::Portable;
+  plan.kernel = runs;
   plan.folded_keys = folded;
   plan.q_heads = q_heads;
   plan.max_rows = max_rows;
   plan.max_length = max_length;
   plan.block_rows = block_rows;
-  if (group <= block_rows) {
-    plan.heads_per_block = group;
-    plan.tokens_per_block = block_rows / group;
-    plan.head_groups = 1;
-  } else {
-    plan.heads_per_block = block_rows;
-    plan.tokens_per_block = 1;
-    plan.head_groups = (group + block_rows - 1) / block_rows;
-  }
-  const std::uint64_t tiles = (std::uint64_t{max_rows} + plan.tokens_per_block - 1) / plan.tokens_per_block;
+  const detail::PrefillTiling tiling = detail::prefill_tiling(q_heads / layout.kv_heads, block_rows, max_rows);
+  plan.heads_per_block = tiling.heads_per_block;
+  plan.tokens_per_block = tiling.tokens_per_block;
+  plan.head_groups = tiling.head_groups;
+  const std::uint64_t tiles = tiling.tiles;
   const std::uint64_t grid_y = std::uint64_t{layout.kv_heads} * plan.head_groups;
   if (tiles > kMaxGridX || grid_y > kMaxGridYZ) {
     return make_error(ErrorCode::OutOfRange, "prefill grid ({}, {}) exceeds the CUDA limits", tiles, grid_y);
@@ -180,13 +175,15 @@ Status prefill_attention(const PrefillPlan& plan, const DeviceCodec& codec, cons
   if (plan.block_rows == 0 || plan.tiles == 0) {
     return make_error(ErrorCode::InvalidArgument, "prefill_attention needs a plan from plan_prefill");
   }
+  KVC_TRY(detail::check_prefill_plan_shape(plan));
   KVC_TRY(detail::check_codec_matches_plan(codec, layout, plan.config));
   if (args.batch > plan.max_batch) {
     return make_error(ErrorCode::OutOfRange, "prefill batch of {} entries exceeds the plan's max_batch {}",
                       args.batch, plan.max_batch);
   }
   if (plan.key_splits == 0 || plan.key_splits > kMaxPrefillKeySplits ||
-      (plan.key_splits > 1 && plan.kernel != PrefillKernel::Warpgroup)) {
+      (plan.key_splits > 1 && plan.kernel != PrefillKernel::Warpgroup) ||
+      std::uint64_t{plan.tiles} * plan.key_splits > kMaxGridX) {
     return make_error(ErrorCode::InvalidArgument, "prefill plan with {} key splits for the {} kernel",
                       plan.key_splits, plan.kernel == PrefillKernel::Warpgroup ? "warpgroup" : "portable");
   }

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 #include <random>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -37,6 +38,16 @@
   } while (0)
 
 namespace kvcompact::cuda::testing {
+
+// InvalidArgument whose message names `field` (the plan checks' refusals of hand-edited fields).
+inline ::testing::AssertionResult refused_naming(const Status& st, const std::string& field) {
+  if (st.ok()) return ::testing::AssertionFailure() << "accepted (expected an error naming " << field << ")";
+  if (st.error().code != ErrorCode::InvalidArgument || st.error().message.find(field) == std::string::npos) {
+    return ::testing::AssertionFailure() << "got " << st.error().to_string() << " (expected InvalidArgument naming "
+                                         << field << ")";
+  }
+  return ::testing::AssertionSuccess();
+}
 
 // The value of a Result, with a test failure (not an abort) when it holds an error.
 template <typename T>

@@ -8,6 +8,7 @@
 #include <random>
 #include <string>
 
+#include "cuda/cuda_test_util.hpp"
 #include "cuda/decode_plan_check.hpp"
 #include "cuda/decode_split.hpp"
 #include "cuda/params.hpp"
@@ -18,6 +19,7 @@
 namespace kvcompact::cuda::tq::detail {
 namespace {
 
+using kvcompact::cuda::testing::refused_naming;
 using kvcompact::tq::QuantConfig;
 using kvcompact::tq::testing::fresh_seed;
 
@@ -41,16 +43,6 @@ DecodePlan consistent_plan(std::mt19937_64& rng, const QuantConfig& config, std:
   plan.splits = static_cast<std::uint32_t>(split.splits);
   plan.workspace_bytes = decode_workspace_bytes(plan.layout, q_heads, plan.splits);
   return plan;
-}
-
-// InvalidArgument whose message names `field`.
-::testing::AssertionResult refused_naming(const Status& st, const std::string& field) {
-  if (st.ok()) return ::testing::AssertionFailure() << "accepted (expected an error naming " << field << ")";
-  if (st.error().code != ErrorCode::InvalidArgument || st.error().message.find(field) == std::string::npos) {
-    return ::testing::AssertionFailure() << "got " << st.error().to_string() << " (expected InvalidArgument naming "
-                                         << field << ")";
-  }
-  return ::testing::AssertionSuccess();
 }
 
 TEST(DecodePlanCheck, ConsistentPlansPassAndEveryEditIsRefused) {

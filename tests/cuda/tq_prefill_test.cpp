@@ -507,6 +507,20 @@ TEST(CudaPrefill, BadArgumentsAreTypedErrors) {
   short_workspace.workspace_bytes -= 1;
   EXPECT_EQ(prefill_attention(short_workspace, mse_codec, big_buffer.data(), args, big_buffer.data()).error().code,
             ErrorCode::InvalidArgument);
+  // Shape fields edited by hand (prefill_plan_check.hpp; PrefillPlanCheck.* edits each of them on the CPU): more
+  // tokens per block than the block holds, a max_length past the capacity, a kernel other than the one that runs.
+  auto more_tokens = three;
+  more_tokens.tokens_per_block *= 2;
+  EXPECT_EQ(prefill_attention(more_tokens, mse_codec, big_buffer.data(), args, big_buffer.data()).error().code,
+            ErrorCode::InvalidArgument);
+  auto past_capacity = three;
+  past_capacity.max_length = past_capacity.layout.capacity + 1;
+  EXPECT_EQ(prefill_attention(past_capacity, mse_codec, big_buffer.data(), args, big_buffer.data()).error().code,
+            ErrorCode::InvalidArgument);
+  auto auto_kernel = three;
+  auto_kernel.kernel = PrefillKernel::Auto;
+  EXPECT_EQ(prefill_attention(auto_kernel, mse_codec, big_buffer.data(), args, big_buffer.data()).error().code,
+            ErrorCode::InvalidArgument);
   // A codec of another mode.
   const QuantConfig other = *QuantConfig::parse("k=mse4,v=mse3,nc");
   auto other_cache = take(TurboQuantCache::create(CacheShape{128, {2}, 1, 64}, other));
