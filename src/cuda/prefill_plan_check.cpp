@@ -61,8 +61,8 @@ Status check_prefill_plan_shape(const PrefillPlan& plan) {
   }
   // (The instance plan_prefill picks: folded keys exactly for the warpgroup kernel in Fast precision. An edited
   // folded_keys is reported by prefill_attention's own check, so it is not taken as the block's shape here.)
-  const bool folded = plan.kernel == PrefillKernel::Warpgroup && plan.precision == PrefillPrecision::Fast;
-  const std::uint32_t rows = prefill_plan_block_rows(layout.head_dim, qjl, plan.kernel, folded);
+  const std::uint32_t rows =
+      prefill_plan_block_rows(layout.head_dim, qjl, plan.kernel, prefill_folds_keys(plan.kernel, plan.precision));
   if (plan.block_rows != rows) {
     return make_error(ErrorCode::InvalidArgument, "prefill plan's block_rows {} is not the {} kernel's {}",
                       plan.block_rows, kernel_name(plan.kernel), rows);

@@ -24,6 +24,12 @@ struct PrefillTiling {
 };
 PrefillTiling prefill_tiling(std::uint32_t group, std::uint32_t block_rows, std::uint32_t max_rows);
 
+// Whether plan_prefill folds the keys (docs/cuda-prefill.md, "Folded keys"): exactly the warpgroup kernel in Fast
+// precision; no kernel instance serves a fold elsewhere.
+inline bool prefill_folds_keys(PrefillKernel kernel, PrefillPrecision precision) {
+  return kernel == PrefillKernel::Warpgroup && precision == PrefillPrecision::Fast;
+}
+
 // Query rows per block of the instance a plan runs: the warpgroup kernel's (QJL keys read as codes take its QJL
 // block) or the portable kernel's for the head_dim.
 std::uint32_t prefill_plan_block_rows(std::uint32_t head_dim, bool qjl, PrefillKernel kernel, bool folded);

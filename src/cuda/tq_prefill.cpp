@@ -47,10 +47,6 @@ std::uint64_t fold_bytes(const PrefillPlan& plan) {
 std::uint64_t needed_workspace(const PrefillPlan& plan) {
   return plan.folded_keys ? fold_offset(plan) + fold_bytes(plan) : split_bytes(plan);
 }
-// plan_prefill folds exactly the warpgroup kernel's Fast-precision plans; no kernel instance serves the others.
-bool folds(const PrefillPlan& plan) {
-  return plan.kernel == PrefillKernel::Warpgroup && plan.precision == PrefillPrecision::Fast;
-}
 }  // namespace
 
 bool prefill_supported(std::uint32_t head_dim, const kvcompact::tq::QuantConfig& config) {
@@ -96,9 +92,9 @@ Result<PrefillPlan> plan_prefill(const LayerLayout& layout, const kvcompact::tq:
   }
   // The warpgroup kernel folds the keys in Fast precision (docs/cuda-prefill.md, "Folded keys"). HiLo keeps the
   // QJL block's exact sign tiles, and its MSE keys gained nothing from folding (0.97-1.01 in the H200 A/B).
-  const bool folded = use_wgmma && precision == PrefillPrecision::Fast;
-  const int fold = !folded ? detail::kFoldNone : (qjl ? detail::kFoldQjl : detail::kFoldMse);
   const PrefillKernel runs = use_wgmma ? PrefillKernel::Warpgroup : PrefillKernel::Portable;
+  const bool folded = detail::prefill_folds_keys(runs, precision);
+  const int fold = !folded ? detail::kFoldNone : (qjl ? detail::kFoldQjl : detail::kFoldMse);
   const std::uint32_t block_rows = detail::prefill_plan_block_rows(layout.head_dim, qjl, runs, folded);
   PrefillPlan plan;
   plan.layout = layout;
@@ -189,7 +185,7 @@ Status prefill_attention(const PrefillPlan& plan, const DeviceCodec& codec, cons
   }
   // (Plans are plain structs: a field edited by hand must not make the kernels write past the workspace or pick
   // an instance that does not exist.)
-  if (plan.folded_keys != folds(plan)) {
+  if (plan.folded_keys != detail::prefill_folds_keys(plan.kernel, plan.precision)) {
     return make_error(ErrorCode::InvalidArgument,
                       "prefill plan with folded_keys {} for the {} kernel in {} precision (plan_prefill folds exactly "
                       "the warpgroup kernel's fast-precision plans)",

@@ -40,7 +40,7 @@ PrefillPlan consistent_plan(std::mt19937_64& rng, const QuantConfig& config, std
   plan.max_length = 1 + static_cast<std::uint32_t>(rng() % capacity);
   plan.max_rows = 1 + static_cast<std::uint32_t>(rng() % plan.max_length);
   plan.max_batch = 1 + static_cast<std::uint32_t>(rng() % 64);
-  plan.folded_keys = kernel == PrefillKernel::Warpgroup && precision == PrefillPrecision::Fast;
+  plan.folded_keys = prefill_folds_keys(kernel, precision);
   plan.block_rows = prefill_plan_block_rows(d, config.has_qjl(), kernel, plan.folded_keys);
   const PrefillTiling t = prefill_tiling(group, plan.block_rows, plan.max_rows);
   plan.heads_per_block = t.heads_per_block;
