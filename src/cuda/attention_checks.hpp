@@ -9,6 +9,10 @@
 
 namespace kvcompact::cuda::tq::detail {
 
+// CUDA's limits on a grid's dimensions (x; y and z), which the attention plans' launches must respect.
+inline constexpr std::uint64_t kMaxGridX = 2147483647;
+inline constexpr std::uint64_t kMaxGridYZ = 65535;
+
 // The plan checks decode and prefill share: q_heads a positive multiple of kv_heads (InvalidArgument), and a
 // kernel for the head_dim and mode (`supported`; Unsupported otherwise, naming `what` and the kernels' range).
 Status check_plan_heads_and_mode(const LayerLayout& layout, const kvcompact::tq::QuantConfig& config,

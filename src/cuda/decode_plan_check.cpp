@@ -9,8 +9,6 @@
 namespace kvcompact::cuda::tq::detail {
 
 namespace {
-constexpr std::uint64_t kMaxGridYZ = 65535;  // CUDA's limit on a grid's y and z dimensions
-
 std::uint64_t align256(std::uint64_t x) { return (x + 255u) & ~std::uint64_t{255}; }
 
 // The fused kernel's blocks per split: one per (KV head, head group of up to kDecodeGroup query heads).
@@ -35,10 +33,14 @@ Status check_decode_shape(const LayerLayout& layout, const kvcompact::tq::QuantC
   return ok_status();
 }
 
-std::uint64_t decode_workspace_bytes(const LayerLayout& layout, std::uint32_t q_heads, std::uint64_t splits) {
+DecodeWorkspace decode_workspace(const LayerLayout& layout, std::uint32_t q_heads, std::uint64_t splits) {
   const std::uint64_t parts = std::uint64_t{layout.sequences} * q_heads * (splits + 1);
   const std::uint64_t arrival_words = std::uint64_t{layout.sequences} * head_group_rows(layout, q_heads);
-  return align256(parts * layout.head_dim * 4) + align256(parts * 4) + align256(arrival_words * 8);
+  DecodeWorkspace w;
+  w.lse_offset = align256(parts * layout.head_dim * 4);
+  w.arrivals_offset = w.lse_offset + align256(parts * 4);
+  w.bytes = w.arrivals_offset + align256(arrival_words * 8);
+  return w;
 }
 
 Status check_decode_plan(const DecodePlan& plan) {
@@ -68,7 +70,7 @@ Status check_decode_plan(const DecodePlan& plan) {
     return make_error(ErrorCode::InvalidArgument, "decode plan's {} splits of {} tokens do not cover its max_length {}",
                       plan.splits, plan.chunk, plan.max_length);
   }
-  const std::uint64_t needed = decode_workspace_bytes(layout, plan.q_heads, plan.splits);
+  const std::uint64_t needed = decode_workspace(layout, plan.q_heads, plan.splits).bytes;
   if (plan.workspace_bytes < needed) {
     return make_error(ErrorCode::InvalidArgument, "decode plan's workspace_bytes {} is below the {} its fields need",
                       plan.workspace_bytes, needed);

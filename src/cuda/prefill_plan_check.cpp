@@ -8,8 +8,6 @@
 namespace kvcompact::cuda::tq::detail {
 
 namespace {
-constexpr std::uint32_t kMaxGridYZ = 65535;
-
 const char* kernel_name(PrefillKernel kernel) {
   return kernel == PrefillKernel::Warpgroup ? "warpgroup" : kernel == PrefillKernel::Portable ? "portable" : "auto";
 }

@@ -14,10 +14,6 @@
 
 namespace kvcompact::cuda::tq {
 
-namespace {
-std::uint64_t align256(std::uint64_t x) { return (x + 255u) & ~std::uint64_t{255}; }
-}  // namespace
-
 bool decode_supported(std::uint32_t head_dim, const kvcompact::tq::QuantConfig& config) {
   return detail::decode_smem_bytes(head_dim, config.key_code_bits(), config.value_bits, config.has_qjl()) != 0;
 }
@@ -65,7 +61,7 @@ Result<DecodePlan> plan_decode(const LayerLayout& layout, const kvcompact::tq::Q
   const std::uint64_t chunk = split.chunk, splits = split.splits;
   plan.chunk = static_cast<std::uint32_t>(chunk);
   plan.splits = static_cast<std::uint32_t>(splits);
-  plan.workspace_bytes = detail::decode_workspace_bytes(layout, q_heads, splits);
+  plan.workspace_bytes = detail::decode_workspace(layout, q_heads, splits).bytes;
   return plan;
 }
 
@@ -91,11 +87,11 @@ Status decode_attention(const DecodePlan& plan, const DeviceCodec& codec, const 
   p.window_begins = args.window_begins;
   p.sinks = args.sinks;
   p.output = args.output;
-  const std::uint64_t parts = std::uint64_t{layout.sequences} * plan.q_heads * (plan.splits + 1);
-  p.part_o = static_cast<float*>(workspace);
-  p.part_lse = reinterpret_cast<float*>(static_cast<std::uint8_t*>(workspace) + align256(parts * layout.head_dim * 4));
-  p.arrivals = reinterpret_cast<unsigned long long*>(static_cast<std::uint8_t*>(workspace) +
-                                                     align256(parts * layout.head_dim * 4) + align256(parts * 4));
+  const detail::DecodeWorkspace regions = detail::decode_workspace(layout, plan.q_heads, plan.splits);
+  std::uint8_t* const ws = static_cast<std::uint8_t*>(workspace);
+  p.part_o = reinterpret_cast<float*>(ws);
+  p.part_lse = reinterpret_cast<float*>(ws + regions.lse_offset);
+  p.arrivals = reinterpret_cast<unsigned long long*>(ws + regions.arrivals_offset);
   p.merge_in_kernel = layout.exact_window == 0 ? 1u : 0u;
   p.wide = plan.wide ? 1u : 0u;
   detail::set_region_offsets(p, layout);

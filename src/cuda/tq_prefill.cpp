@@ -15,8 +15,8 @@
 namespace kvcompact::cuda::tq {
 
 namespace {
-constexpr std::uint64_t kMaxGridYZ = 65535;
-constexpr std::uint64_t kMaxGridX = 2147483647;
+using detail::kMaxGridX;
+using detail::kMaxGridYZ;
 constexpr std::uint32_t kKeyTile = 64;      // key tokens per tile of the warpgroup kernel
 
 // Query tiles (blocks before any key split) of a launch of `entries` batch entries: the key split's units, each

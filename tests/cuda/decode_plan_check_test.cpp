@@ -41,7 +41,7 @@ DecodePlan consistent_plan(std::mt19937_64& rng, const QuantConfig& config, std:
                                                 decode_tile_tokens(d, config.key_code_bits(), config.value_bits, wide));
   plan.chunk = static_cast<std::uint32_t>(split.chunk);
   plan.splits = static_cast<std::uint32_t>(split.splits);
-  plan.workspace_bytes = decode_workspace_bytes(plan.layout, q_heads, plan.splits);
+  plan.workspace_bytes = decode_workspace(plan.layout, q_heads, plan.splits).bytes;
   return plan;
 }
 
@@ -62,6 +62,15 @@ TEST(DecodePlanCheck, ConsistentPlansPassAndEveryEditIsRefused) {
         SCOPED_TRACE(std::string(mode) + " d " + std::to_string(d) + " max_length " + std::to_string(plan.max_length) +
                      " chunk " + std::to_string(plan.chunk) + " splits " + std::to_string(plan.splits) +
                      (wide ? " wide" : ""));
+        // The workspace's regions (partial outputs, log-sum-exps, arrival words) are disjoint and inside it.
+        const DecodeWorkspace w = decode_workspace(plan.layout, plan.q_heads, plan.splits);
+        const std::uint64_t parts = std::uint64_t{plan.layout.sequences} * plan.q_heads * (plan.splits + 1);
+        const std::uint64_t words = std::uint64_t{plan.layout.sequences} * plan.layout.kv_heads *
+                                    ((plan.q_heads / plan.layout.kv_heads + kDecodeGroup - 1) / kDecodeGroup);
+        EXPECT_GE(w.lse_offset, parts * d * 4);
+        EXPECT_GE(w.arrivals_offset, w.lse_offset + parts * 4);
+        EXPECT_GE(w.bytes, w.arrivals_offset + words * 8);
+        EXPECT_EQ(w.lse_offset % 256 + w.arrivals_offset % 256, 0u);
         const Status fine = check_decode_plan(plan);
         ASSERT_TRUE(fine.ok()) << fine.error().to_string();
         ++checked;
@@ -87,13 +96,13 @@ TEST(DecodePlanCheck, ConsistentPlansPassAndEveryEditIsRefused) {
         EXPECT_TRUE(refused_naming(check_decode_plan(e), "splits"));
         e = plan;
         e.splits = static_cast<std::uint32_t>(kMaxDecodeSplits) + 1;
-        e.workspace_bytes = decode_workspace_bytes(e.layout, e.q_heads, e.splits);
+        e.workspace_bytes = decode_workspace(e.layout, e.q_heads, e.splits).bytes;
         EXPECT_TRUE(refused_naming(check_decode_plan(e), "splits"));
         if (plan.max_length > tile) {  // a chunk of one tile with the plan's splits can leave tokens out
           e = plan;
           e.chunk = tile;
           e.splits = (plan.max_length - 1) / tile;  // one split short
-          e.workspace_bytes = decode_workspace_bytes(e.layout, e.q_heads, e.splits);
+          e.workspace_bytes = decode_workspace(e.layout, e.q_heads, e.splits).bytes;
           if (e.splits >= 1) {
             EXPECT_TRUE(refused_naming(check_decode_plan(e), "cover"));
           }
