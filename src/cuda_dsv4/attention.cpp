@@ -180,6 +180,7 @@ Status sparse_attention(const AttentionArgs& a, void* workspace, std::uint64_t w
   p.direct_output = plan.direct_output ? 1u : 0u;
   p.inverse_rope = a.inverse_rope ? 1u : 0u;
   p.scale_log2 = static_cast<float>(1.4426950408889634 / std::sqrt(512.0));
+  p.max_rows = a.max_rows;
   // The kernels' shared-memory attributes, set once per device (they belong to that device's context).
   static kvcompact::cuda::detail::PerDevice<bool> prepared;
   bool done = false;

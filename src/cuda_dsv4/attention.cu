@@ -87,12 +87,16 @@ __global__ void __launch_bounds__(kAttnThreads, 1) attention_split_kernel(Attent
   const std::uint32_t nh = min(p.block_heads, p.heads - h0);  // a multiple of 16, at most kAttnBlockHeads
   const bool active = hg * kAttnHeadGroup < nh;
   const TokenRowsDev d = p.tokens[token];
+  if (token_beyond_bound(p, d)) return;  // (the merge writes the token's NaN output)
   const SplitRows range = split_rows(p, d, split);
   if (range.empty()) return write_empty_split(p, token, h0, nh, split);
   const std::uint32_t nw = range.nw, r_begin = range.begin, r_end = range.end();
   auto part_of = [&](std::uint32_t h) { return partial_index(p, token, h0, h, split); };
+  bool bad_index = false;  // this thread met an index outside [-1, visible rows): the split's sums become NaN
   auto tile_rows = [&](const std::uint8_t** rows, std::uint32_t t0) {
-    if (tid < kAttnTileRows) rows[tid] = t0 + tid < r_end ? attention_row_pointer(p, d, token, t0 + tid, nw) : nullptr;
+    if (tid < kAttnTileRows) {
+      rows[tid] = t0 + tid < r_end ? attention_row_pointer(p, d, token, t0 + tid, nw, bad_index) : nullptr;
+    }
   };
   // The first tile's copies are issued before the query is loaded, so both latencies overlap.
   tile_rows(sm.rows[0], r_begin);
@@ -307,12 +311,12 @@ __global__ void __launch_bounds__(kAttnThreads, 1) attention_split_kernel(Attent
     }
   }
   fence_shared_for_async();
-  __syncthreads();
+  const bool poisoned = __syncthreads_or(bad_index) != 0;
   if (tid < nh) {
     tq::detail::bulk_store(p.part_o + part_of(tid) * kHeadDim, stage + tid * kOStageStride, kHeadDim * sizeof(float));
     tq::detail::bulk_store_commit_and_wait_read();  // (the block's shared memory must outlive the reads)
     p.part_ml[part_of(tid) * 2] = sm.m[tid];
-    p.part_ml[part_of(tid) * 2 + 1] = sm.l[tid];
+    p.part_ml[part_of(tid) * 2 + 1] = poisoned ? quiet_nan() : sm.l[tid];
   }
 }
 

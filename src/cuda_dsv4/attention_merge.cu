@@ -57,6 +57,11 @@ __global__ void __launch_bounds__(kMergeMaxWarps * 32, kInFlight <= 2 ? 3 : 2)
   const unsigned d0 = (blockIdx.z * dim_warps + dw) * 128 + 4 * lane;
   const std::uint32_t h = blockIdx.x, token = blockIdx.y;
   const TokenRowsDev d = p.tokens[token];
+  float* out = p.out + (static_cast<std::uint64_t>(token) * p.heads + h) * kHeadDim + d0;
+  if (token_beyond_bound(p, d)) {  // (its splits wrote nothing)
+    if (sw == 0) *reinterpret_cast<float4*>(out) = make_float4(quiet_nan(), quiet_nan(), quiet_nan(), quiet_nan());
+    return;
+  }
   const std::uint32_t n = window_count(d.position) + compressed_count(d.position, p.ratio, p.index_topk);
   const std::uint32_t used = min(p.splits, (n + p.split_rows - 1) / p.split_rows);
   const std::uint64_t base = (static_cast<std::uint64_t>(token) * p.heads + h) * p.splits;
@@ -67,6 +72,7 @@ __global__ void __launch_bounds__(kMergeMaxWarps * 32, kInFlight <= 2 ? 3 : 2)
   // sums. Round 0's loads are in flight while the statistics (2.) are computed.
   const float sink2 = sink_log2(p, h);
   float mx = sink2, den = 0.0f;
+  bool poisoned = false;  // a split met an index outside [-1, visible rows) (its sum is NaN): the output is NaN
   float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   for (std::uint32_t s0 = sw; s0 < used || s0 == sw; s0 += split_warps * kInFlight) {
     float4 v[kInFlight];
@@ -82,7 +88,9 @@ __global__ void __launch_bounds__(kMergeMaxWarps * 32, kInFlight <= 2 ? 3 : 2)
       for (std::uint32_t s = lane; s < used; s += 32) {
         const float2 x = __ldg(ml + s);
         if (x.y > 0.0f) mx = fmaxf(mx, x.x);
+        poisoned = poisoned || x.y != x.y;
       }
+      poisoned = __any_sync(0xFFFFFFFFu, poisoned);
 #pragma unroll
       for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, o));
 #pragma unroll 4
@@ -123,8 +131,8 @@ __global__ void __launch_bounds__(kMergeMaxWarps * 32, kInFlight <= 2 ? 3 : 2)
     inverse_rope_rotate(inverse_rope_cos_sin(p, d.position, pair), r[0], r[1]);
     inverse_rope_rotate(inverse_rope_cos_sin(p, d.position, pair + 1), r[2], r[3]);
   }
-  float* out = p.out + (static_cast<std::uint64_t>(token) * p.heads + h) * kHeadDim + d0;
-  *reinterpret_cast<float4*>(out) = make_float4(r[0], r[1], r[2], r[3]);
+  *reinterpret_cast<float4*>(out) =
+      poisoned ? make_float4(quiet_nan(), quiet_nan(), quiet_nan(), quiet_nan()) : make_float4(r[0], r[1], r[2], r[3]);
 }
 
 }  // namespace

@@ -21,10 +21,12 @@ namespace kvcompact::cuda::dsv4::detail {
 inline constexpr unsigned kStagedRowPad = 8;
 
 // Row j of a token's list: the window (oldest first: the chunk's own rows from chunk_start, the ring before),
-// then the compressed rows (ratio 4: the top-k list, null for a -1 slot; ratio 128: all visible).
+// then the compressed rows (ratio 4: the top-k list, null for a -1 slot; ratio 128: all visible). An index outside
+// [-1, visible rows) — kTopkBeyondBound from a top-k call whose bound the token exceeded, or a stray value — is
+// not read: the row is null and `bad_index` is set, which makes the token's output NaN.
 __device__ __forceinline__ const std::uint8_t* attention_row_pointer(const AttentionParams& p, const TokenRowsDev& d,
                                                                      std::uint32_t token, std::uint32_t j,
-                                                                     std::uint32_t nw) {
+                                                                     std::uint32_t nw, bool& bad_index) {
   if (j < nw) {
     const std::int64_t pos = d.position - static_cast<std::int64_t>(nw) + 1 + j;
     if (d.chunk_rows != nullptr && pos >= d.chunk_start) {
@@ -35,7 +37,11 @@ __device__ __forceinline__ const std::uint8_t* attention_row_pointer(const Atten
   const std::uint32_t c = j - nw;
   if (p.ratio == 4) {
     const std::int32_t idx = p.indices[static_cast<std::uint64_t>(token) * p.index_stride + c];
-    return idx >= 0 ? d.compressed_rows + static_cast<std::uint64_t>(idx) * p.row_bytes : nullptr;
+    if (idx >= 0 && static_cast<std::uint64_t>(idx) < visible_rows(d.position, 4)) {
+      return d.compressed_rows + static_cast<std::uint64_t>(idx) * p.row_bytes;
+    }
+    bad_index = bad_index || idx != -1;
+    return nullptr;
   }
   return d.compressed_rows + static_cast<std::uint64_t>(c) * p.row_bytes;
 }
@@ -51,6 +57,13 @@ __device__ __forceinline__ SplitRows split_rows(const AttentionParams& p, const 
   const std::uint32_t nw = window_count(d.position);
   return SplitRows{nw, nw + compressed_count(d.position, p.ratio, p.index_topk), split * p.split_rows, p.split_rows};
 }
+
+// A token whose row list is longer than the call's max_rows (or whose position is negative): its splits read
+// nothing and its output is NaN (the merge, or the split kernel's direct output, writes it).
+__device__ __forceinline__ bool token_beyond_bound(const AttentionParams& p, const TokenRowsDev& d) {
+  return attention_rows_beyond_bound(d.position, p.ratio, p.index_topk, p.max_rows);
+}
+__device__ __forceinline__ float quiet_nan() { return __int_as_float(0x7FC00000); }
 
 // Index of the partial (token, head h0 + h, split) in part_o (times 512) and part_ml (times 2).
 __device__ __forceinline__ std::uint64_t partial_index(const AttentionParams& p, std::uint32_t token, std::uint32_t h0,

@@ -229,6 +229,13 @@ __global__ void __launch_bounds__(WgShape<kBf16Rows>::threads, 1) attention_spli
   const unsigned ha = 16 * w + g, hb = ha + 8;  // this thread's two heads (block-relative)
   const bool s_group = kSWg == kWg || x < kSWg;  // this warpgroup computes S (and P) for kSRows rows
   const TokenRowsDev d = p.tokens[token];
+  if (token_beyond_bound(p, d)) {  // nothing is read; the merge (or here, the direct output) writes NaN
+    if constexpr (kDirect) {
+      float* out = p.out + (static_cast<std::uint64_t>(token) * p.heads + h0) * kHeadDim;
+      for (unsigned i = tid; i < kAttnBlockHeads * kHeadDim; i += kThreads) out[i] = quiet_nan();
+    }
+    return;
+  }
   const SplitRows range = split_rows(p, d, split);
   if (range.empty()) return write_empty_split<kDirect>(p, token, h0, kAttnBlockHeads, split);
   const std::uint32_t nw = range.nw, r_begin = range.begin, r_end = range.end();
@@ -237,10 +244,11 @@ __global__ void __launch_bounds__(WgShape<kBf16Rows>::threads, 1) attention_spli
   // test, as one ballot word per 32 rows): with S on fewer warpgroups than W they are outside the S warpgroups,
   // whose registers are the scarcer (round 25).
   static_assert(kThreads - kRows >= 128 * kSWg || kSWg == kWg, "the row pointers' threads are outside S");
+  bool bad_index = false;  // this thread met an index outside [-1, visible rows): the token's output becomes NaN
   auto tile_rows = [&](unsigned slot, std::uint32_t t0) {
     const unsigned r = tid - (kThreads - kRows);
     if (tid >= kThreads - kRows) {  // (two whole warps)
-      const std::uint8_t* row = t0 + r < r_end ? attention_row_pointer(p, d, token, t0 + r, nw) : nullptr;
+      const std::uint8_t* row = t0 + r < r_end ? attention_row_pointer(p, d, token, t0 + r, nw, bad_index) : nullptr;
       sm.rows[slot][r] = row;
       const std::uint32_t present = __ballot_sync(0xFFFFFFFFu, row != nullptr);
       if (lane == 0) sm.present[slot][r / 32] = present;
@@ -459,7 +467,8 @@ __global__ void __launch_bounds__(WgShape<kBf16Rows>::threads, 1) attention_spli
   // contiguous in out / part_o. (Written straight from the accumulators, a warp's 8-byte stores touched 8 rows
   // 2 KB apart per instruction, and those stores held the block's last microseconds: round 24 in
   // docs/cuda-dsv4-kernels-history.md.)
-  __syncthreads();  // every warpgroup's last S and P V have read Q and the tiles (and the partial maxima): free
+  // (Every warpgroup's last S and P V have read Q and the tiles, and the partial maxima: free.)
+  const bool poisoned = __syncthreads_or(bad_index) != 0;
   float* stage = reinterpret_cast<float*>(sm.q);
   static_assert(kWg * kAttnBlockHeads * kStageStride<kPvDims> * sizeof(float) <= 3 * kTileBytes,
                 "the staged rows fit in Q and the two tile buffers");
@@ -481,6 +490,7 @@ __global__ void __launch_bounds__(WgShape<kBf16Rows>::threads, 1) attention_spli
         const unsigned col = 64 * nb + 8 * i + 2 * tig, dim = kPvDims * x + col;
         float a0 = sa.apply(o[nb][4 * i]), a1 = sa.apply(o[nb][4 * i + 1]);
         float b0 = sb.apply(o[nb][4 * i + 2]), b1 = sb.apply(o[nb][4 * i + 3]);
+        if (poisoned) a0 = a1 = b0 = b1 = quiet_nan();
         if (p.inverse_rope != 0 && dim >= kHeadDim - 64) {
           const float2 cs = rope_cs[(dim - (kHeadDim - 64)) / 2];
           inverse_rope_rotate(cs, a0, a1);
@@ -502,9 +512,9 @@ __global__ void __launch_bounds__(WgShape<kBf16Rows>::threads, 1) attention_spli
     }
     if (x == 0 && tig == 0) {
       p.part_ml[part_of(ha) * 2] = m_a;
-      p.part_ml[part_of(ha) * 2 + 1] = l_a;
+      p.part_ml[part_of(ha) * 2 + 1] = poisoned ? quiet_nan() : l_a;
       p.part_ml[part_of(hb) * 2] = m_b;
-      p.part_ml[part_of(hb) * 2 + 1] = l_b;
+      p.part_ml[part_of(hb) * 2 + 1] = poisoned ? quiet_nan() : l_b;
     }
   }
   fence_shared_for_async();  // the staged rows, before the bulk copies read them

@@ -96,6 +96,7 @@ Status indexer_scores(const IndexerScoreArgs& a, void* stream) {
   p.storage = storage;
   p.row_bytes = static_cast<std::uint32_t>(kvcompact::dsv4::indexer_row_bytes(a.storage));
   p.score_stride = a.score_stride;
+  p.max_visible = a.max_visible;
   // The score kernels' attributes and resident blocks, once per device (cuda/per_device.hpp).
   static kvcompact::cuda::detail::PerDevice<detail::ScoreKernelInfo> prepared;
   detail::ScoreKernelInfo kernel;
@@ -119,6 +120,8 @@ Status indexer_scores(const IndexerScoreArgs& a, void* stream) {
 
 // The selection streams the scores from global memory and keeps only the k winners in shared memory, so the
 // row count is bounded only by the int32 indices it returns.
+static_assert(kTopkBeyondBound == detail::kTopkBeyondBound, "the kernels write the public constant");
+
 std::uint32_t topk_max_rows(std::uint32_t k) { return k == 0 || k > detail::kTopkMaxK ? 0u : 0x7FFFFFFFu; }
 
 std::uint64_t topk_workspace_bytes(std::uint32_t, std::uint32_t, std::uint32_t) { return 0; }
@@ -150,6 +153,7 @@ Status indexer_topk(const TopkArgs& a, void* /*workspace*/, std::uint64_t /*work
   p.k = a.k;
   p.out_stride = a.out_stride;
   p.ratio = a.ratio;
+  p.max_rows = a.max_rows;
   KVC_CUDA_TRY(detail::launch_topk(p, static_cast<std::uint32_t>(detail::multiprocessors()), static_cast<cudaStream_t>(stream)));
   return ok_status();
 }

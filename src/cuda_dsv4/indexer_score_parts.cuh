@@ -112,6 +112,15 @@ __device__ __forceinline__ int fp8_row_scale_check(int e, std::uint32_t scale_bi
   return k;
 }
 
+// A token whose visible rows exceed the call's max_visible (rows_beyond_bound): its score row is NaN over
+// [0, max_visible), written by the token's blocks (grid x) together; nothing past max_visible is read or written.
+__device__ __forceinline__ void write_beyond_bound_scores(const ScoreParams& p, unsigned token) {
+  float* row = p.scores + static_cast<std::uint64_t>(token) * p.score_stride;
+  for (std::uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < p.max_visible; i += gridDim.x * blockDim.x) {
+    row[i] = __int_as_float(0x7FC00000);
+  }
+}
+
 // The exact scalar path for rows off the tensor cores' grid (rows or a query off the integer grid: the CPU's own
 // arithmetic), one warp per row: the score p.scores[token][row] of the token's stored row `row`. Lane l holds the
 // terms of heads l (a = 0) and l + 32 (a = 1), zero past the last head, and the CPU's head tree

@@ -243,6 +243,7 @@ __global__ void __launch_bounds__(kScoreThreads, 4) score_kernel(ScoreParams p) 
   ScoreSmem& sm = *reinterpret_cast<ScoreSmem*>(smem_raw);
   const unsigned token = blockIdx.y;
   const TokenRowsDev desc = p.tokens[token];
+  if (rows_beyond_bound(desc.position, 4, p.max_visible)) return write_beyond_bound_scores(p, token);
   const std::uint32_t visible = static_cast<std::uint32_t>((desc.position + 1) / 4);
   const std::uint32_t tiles = (visible + kScoreTileRows - 1) / kScoreTileRows;
   if (blockIdx.x >= tiles) return;

@@ -78,11 +78,32 @@ __device__ __forceinline__ float pow2f(int e) {
 __device__ __forceinline__ std::uint32_t window_count(std::int64_t t) {
   return static_cast<std::uint32_t>(t + 1 < kWindow ? t + 1 : kWindow);
 }
+// The compressed rows a token at position t >= 0 sees at ratio 0, 4 or 128 (the only ratios sparse_attention
+// takes): shifts, not a 64-bit division, which would be a long software routine at the start of every block.
+__device__ __forceinline__ std::uint64_t visible_rows(std::int64_t t, std::uint32_t ratio) {
+  const auto n = static_cast<std::uint64_t>(t + 1);
+  return ratio == 4 ? n >> 2 : ratio == 128 ? n >> 7 : 0u;
+}
 __device__ __forceinline__ std::uint32_t compressed_count(std::int64_t t, std::uint32_t ratio, std::uint32_t topk) {
-  if (ratio == 0) return 0;
-  const std::uint64_t vis = static_cast<std::uint64_t>(t + 1) / ratio;
-  if (ratio == 4) return static_cast<std::uint32_t>(vis < topk ? vis : topk);
-  return static_cast<std::uint32_t>(vis);
+  const std::uint64_t vis = visible_rows(t, ratio);
+  return static_cast<std::uint32_t>(ratio == 4 && vis > topk ? topk : vis);
+}
+
+// Whether a token's (t + 1) / ratio rows (ratio 4 or 128; the attention's list adds its window, below) exceed the call's host-side bound (max_visible, max_rows). Positions live in device memory, so the host cannot
+// check them: a token beyond its call's bound (or with a negative position) reads and writes nothing past the
+// bound, and its outputs say so (NaN scores and outputs, kTopkBeyondBound indices). Counted in 64 bits, so that a
+// huge position cannot wrap to a small count.
+__device__ __forceinline__ bool rows_beyond_bound(std::int64_t t, std::uint32_t ratio, std::uint32_t bound) {
+  return t < 0 || static_cast<std::uint64_t>(t + 1) / ratio > bound;
+}
+// The same for the attention's list: the window's rows, then the compressed ones (ratio 4: at most topk; ratio 0,
+// 4 or 128).
+__device__ __forceinline__ bool attention_rows_beyond_bound(std::int64_t t, std::uint32_t ratio, std::uint32_t topk,
+                                                            std::uint32_t bound) {
+  if (t < 0) return true;
+  const std::uint64_t window = t + 1 < kWindow ? static_cast<std::uint64_t>(t + 1) : kWindow;
+  const std::uint64_t visible = visible_rows(t, ratio);
+  return window + (ratio == 4 && visible > topk ? topk : visible) > bound;
 }
 
 // mma.sync wrappers (sm_80+; fp16 with f32 accumulation, s8 with s32 accumulation).

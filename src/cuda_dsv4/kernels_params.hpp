@@ -72,6 +72,7 @@ struct ScoreParams {
   float* scores;  // [tokens, score_stride]
   unsigned long long* fallback_rows;  // optional counter of rows scored by the exact scalar path
   std::uint32_t count, heads, storage, row_bytes, score_stride, blocks_per_token;
+  std::uint32_t max_visible;  // the call's bound: a token with more visible rows gets NaN scores [0, max_visible)
 };
 struct ScoreKernelInfo {
   cudaError_t error = cudaSuccess;
@@ -86,12 +87,14 @@ cudaError_t launch_indexer_scores_fp8_wgmma(const ScoreParams& p, cudaStream_t s
 
 // ---- top-k --------------------------------------------------------------------------------------------
 inline constexpr std::uint32_t kTopkMaxK = 2048;  // the selected keys are held in shared memory
+inline constexpr std::int32_t kTopkBeyondBound = -2;  // the public constant of the same name (dsv4_kernels.hpp)
 struct TopkParams {
   const float* scores;  // [tokens, score_stride]
   const std::uint32_t* counts;  // [tokens] or null (then from positions)
   const TokenRowsDev* tokens;   // used when counts is null: (position + 1) / ratio
   std::int32_t* out;            // [tokens, out_stride]
   std::uint32_t count, score_stride, k, out_stride, ratio;
+  std::uint32_t max_rows;  // the call's bound: a token with more rows gets kTopkBeyondBound in all k slots
 };
 // The block count per token follows from count and the device's multiprocessors.
 cudaError_t launch_topk(const TopkParams& p, std::uint32_t multiprocessors, cudaStream_t stream);
@@ -118,6 +121,9 @@ struct AttentionParams {
   // itself (normalised, sink, inverse RoPE), no merge runs and part_o / part_ml are unused (attention.cpp's plan).
   std::uint32_t direct_output;
   float scale_log2;  // log2(e) / sqrt(512)
+  // The call's bound: a token with more rows, or one of whose indices lies outside [-1, visible rows), reads no
+  // row past it and gets NaN outputs.
+  std::uint32_t max_rows;
 };
 cudaError_t prepare_attention();
 cudaError_t launch_attention(const AttentionParams& p, cudaStream_t stream);

@@ -86,10 +86,12 @@ __device__ __forceinline__ std::uint64_t composite(std::uint32_t u, std::uint32_
   return (static_cast<std::uint64_t>(u) << 32) | static_cast<std::uint64_t>(0xFFFFFFFFu - index);
 }
 
-__device__ std::uint32_t token_rows(const TopkParams& p, std::uint32_t token) {
+// A token's row count: counts[token], or (position + 1) / ratio, in 64 bits (a negative position: more than any
+// bound), so that the caller can compare it with max_rows before it reads a score.
+__device__ std::uint64_t token_rows(const TopkParams& p, std::uint32_t token) {
   if (p.counts != nullptr) return p.counts[token];
   const std::int64_t t = p.tokens[token].position;
-  return static_cast<std::uint32_t>((t + 1) / static_cast<std::int64_t>(p.ratio));
+  return t < 0 ? ~std::uint64_t{0} : static_cast<std::uint64_t>(t + 1) / p.ratio;
 }
 
 // Calls f(valid, index, order key) for the rows [begin, end) of this block, row begin + tid + j * kThreads on
@@ -170,12 +172,17 @@ __global__ void __launch_bounds__(kThreads, 1) topk_kernel(TopkParams p) {
   };
   const unsigned rank = Cluster == 1 ? 0u : cluster.block_rank(), tid = threadIdx.x;
   const std::uint32_t token = Cluster == 1 ? blockIdx.x : blockIdx.y;
-  const std::uint32_t n = token_rows(p, token);
+  // A token beyond the call's max_rows reads no score (its row holds max_rows of them); kTopkBeyondBound in every
+  // slot tells sparse_attention (which answers NaN for it) and the caller. (Both branches are uniform over the
+  // cluster: no block waits for another.)
+  const std::uint64_t rows = token_rows(p, token);
+  const bool beyond = rows > p.max_rows;
+  const std::uint32_t n = beyond ? 0u : static_cast<std::uint32_t>(rows);
   const std::uint32_t kk = min(p.k, n);
   std::int32_t* out = p.out + static_cast<std::uint64_t>(token) * p.out_stride;
-  if (kk == 0) {  // (uniform over the cluster: no block waits for another)
+  if (beyond || kk == 0) {
     if (rank == 0) {
-      for (std::uint32_t i = tid; i < p.k; i += kThreads) out[i] = -1;
+      for (std::uint32_t i = tid; i < p.k; i += kThreads) out[i] = beyond ? kTopkBeyondBound : -1;
     }
     return;
   }

@@ -40,6 +40,15 @@ struct TokenRows {
   std::uint32_t reserved = 0;
 };
 
+// Row bounds. Each call takes a host-side bound on its tokens' rows (IndexerScoreArgs::max_visible,
+// TopkArgs::max_rows, AttentionArgs::max_rows) that sizes its grid and buffers, while the positions live in device
+// memory, where the host cannot check them. A token whose rows exceed its call's bound (or whose position is
+// negative) is answered, not read past: nothing beyond the bound is read or written, and its outputs say so —
+// indexer_scores writes NaN over its score row's [0, max_visible), indexer_topk writes kTopkBeyondBound in all k
+// slots, sparse_attention writes NaN outputs (also for a ratio-4 index outside [-1, visible rows), such as
+// kTopkBeyondBound, which it does not read).
+inline constexpr std::int32_t kTopkBeyondBound = -2;
+
 // Tokens per indexer_scores / sparse_attention call (their grids' y dimension); larger batches or prefill
 // chunks are split by the caller (InvalidArgument otherwise).
 inline constexpr std::uint32_t kMaxTokensPerCall = 65535;
@@ -69,7 +78,7 @@ struct IndexerScoreArgs {
   const void* query_workspace = nullptr;
   std::uint64_t query_workspace_bytes = 0;
   IndexerStorage storage = IndexerStorage::Bf16;
-  std::uint32_t max_visible = 0;  // >= every token's visible row count (sizes the grid)
+  std::uint32_t max_visible = 0;  // >= every token's visible row count (sizes the grid; "Row bounds" above)
   float* scores = nullptr;        // device [count, score_stride]; entries >= a token's visible count untouched
   std::uint32_t score_stride = 0;
   // Optional device counter: rows scored by the exact scalar path (off the integer grid; 0 for model data).
@@ -87,9 +96,10 @@ struct TopkArgs {
   const std::uint32_t* counts = nullptr;
   const TokenRows* tokens = nullptr;
   std::uint32_t ratio = 4;
-  std::uint32_t max_rows = 0;  // >= every token's row count
+  std::uint32_t max_rows = 0;  // >= every token's row count ("Row bounds" above)
   std::uint32_t k = 512;       // index_topk, 1 .. 2048
-  std::int32_t* out = nullptr;  // device [count, out_stride]; k entries per token, -1 past min(k, rows)
+  // device [count, out_stride]; k entries per token, -1 past min(k, rows) (kTopkBeyondBound: "Row bounds")
+  std::int32_t* out = nullptr;
   std::uint32_t out_stride = 0;
 };
 // Largest row count one token may have for this k: 2^31 - 1 (int32 indices) for k in [1, 2048], else 0.
@@ -116,7 +126,8 @@ struct AttentionArgs {
   // the token's position is applied to dims [448, 512) of every output head when inverse_rope is set.
   std::array<float, 32> inv_freq{};
   bool inverse_rope = true;
-  // >= every token's row count (128 + topk, or 128 + (t + 1) / 128), at most kMaxAttentionRows (Unsupported).
+  // >= every token's row count (min(t + 1, 128) + min(topk, (t + 1) / 4), or + (t + 1) / 128), at most
+  // kMaxAttentionRows (Unsupported); "Row bounds" above.
   std::uint32_t max_rows = 0;
   float* out = nullptr;  // device [count, heads, 512]
 };
