@@ -89,10 +89,11 @@ __device__ __forceinline__ std::uint32_t compressed_count(std::int64_t t, std::u
   return static_cast<std::uint32_t>(ratio == 4 && vis > topk ? topk : vis);
 }
 
-// Whether a token's (t + 1) / ratio rows (ratio 4 or 128; the attention's list adds its window, below) exceed the call's host-side bound (max_visible, max_rows). Positions live in device memory, so the host cannot
-// check them: a token beyond its call's bound (or with a negative position) reads and writes nothing past the
-// bound, and its outputs say so (NaN scores and outputs, kTopkBeyondBound indices). Counted in 64 bits, so that a
-// huge position cannot wrap to a small count.
+// Whether a token's (t + 1) / ratio visible rows exceed its call's host-side bound (max_visible, max_rows; the
+// attention's list adds its window: attention_rows_beyond_bound below). Positions live in device memory, so the
+// host cannot check them: a token beyond its call's bound (or with a negative position) reads and writes nothing
+// past the bound, and its outputs say so (NaN scores and outputs, kTopkBeyondBound indices). Counted in 64 bits,
+// so that a huge position cannot wrap to a small count.
 __device__ __forceinline__ bool rows_beyond_bound(std::int64_t t, std::uint32_t ratio, std::uint32_t bound) {
   return t < 0 || static_cast<std::uint64_t>(t + 1) / ratio > bound;
 }

@@ -205,7 +205,9 @@ TEST(CudaDsv4RowBoundsSmall, SparseAttentionAnswersTokensBeyondItsBoundAndStrayI
     for (std::uint32_t i = 0; i < count; ++i) {
       std::int32_t* row = dirty_idx.data() + std::size_t{i} * kTopk;
       const auto visible = static_cast<std::int32_t>((dirty_pos[i % 4] + 1) / 4);
-      if (i % 4 == 1) row[rng() % static_cast<std::uint32_t>(visible)] = visible + static_cast<std::int32_t>(rng() % 5);
+      if (i % 4 == 1) {
+        row[rng() % static_cast<std::uint32_t>(visible)] = visible + static_cast<std::int32_t>(rng() % 5);
+      }
       if (i % 4 == 2) std::fill_n(row, kTopk, kTopkBeyondBound);
     }
     DeviceBuffer d_q = upload(normal(rng, std::size_t{count} * kHeads * 512));

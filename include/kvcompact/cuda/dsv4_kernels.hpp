@@ -36,7 +36,9 @@ struct TokenRows {
   const void* indexer_rows = nullptr;
   std::int64_t position = 0;     // absolute position t of the token
   std::int64_t chunk_start = 0;  // first position held by chunk_rows
-  std::uint32_t ring_capacity = 128;  // min(context, 128)
+  // min(context, 128): at least the window rows the ring serves (not checked on the device: "Row bounds" in
+  // docs/cuda-dsv4-kernels.md says why).
+  std::uint32_t ring_capacity = 128;
   std::uint32_t reserved = 0;
 };
 
