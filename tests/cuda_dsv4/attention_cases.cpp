@@ -79,10 +79,12 @@ void run_attention_case(const AttnCase& c) {
     const std::int64_t first = c.prefill ? c.positions.front() : c.positions[sq];
     const std::int64_t last = c.prefill ? c.positions.back() : c.positions[sq];
     const std::int64_t chunk_start = first;  // decode: the token's own row is its "chunk"
-    // Ring: positions [max(0, first - 127), first) at slot p mod 128; chunk: positions [first, last].
-    s.ring_bytes.assign(128 * rb, 0xAB);  // garbage in unused slots must never be read
+    // Ring: positions [max(0, first - 127), first) at slot p mod ring_capacity; chunk: positions [first, last].
+    const std::uint32_t ring_rows = c.ring_capacity;
+    EXPECT_TRUE(ring_rows == 128 || last < ring_rows) << "a ring smaller than 128 rows belongs to a context below it";
+    s.ring_bytes.assign(std::size_t{ring_rows} * rb, 0xAB);  // garbage in unused slots must never be read
     for (std::int64_t p = std::max<std::int64_t>(0, first - 127); p < first; ++p) {
-      s.window[p] = model_attention_row(rng, c.storage, s.ring_bytes, static_cast<std::size_t>(p % 128));
+      s.window[p] = model_attention_row(rng, c.storage, s.ring_bytes, static_cast<std::size_t>(p % ring_rows));
     }
     s.chunk_bytes.assign(static_cast<std::size_t>(last - first + 1) * rb, 0);
     for (std::int64_t p = first; p <= last; ++p) {
@@ -107,7 +109,7 @@ void run_attention_case(const AttnCase& c) {
       tokens[i].chunk_start = chunk_start;
       tokens[i].compressed_rows = comp;
       tokens[i].position = c.positions[i];
-      tokens[i].ring_capacity = 128;
+      tokens[i].ring_capacity = ring_rows;
     }
   }
   // Ratio 4: a random selection (distinct slots, random order) of min(topk, visible) rows, then -1.

@@ -155,6 +155,9 @@ struct AttnCase {
   bool q_bf16 = false;     // the query rounded to bf16 values (the model's activations)
   float row_growth = 0.0f;  // compressed row g at 1 + g * row_growth times the model's scale
   std::uint32_t check_every = 1;  // the float64 oracle checks tokens i % check_every == 0 and the last
+  // The window ring's capacity, min(context, 128) in the model: a short context has a smaller one (which the
+  // kernels index with a remainder, or a mask for powers of two). Positions must stay below it when it is < 128.
+  std::uint32_t ring_capacity = 128;
 };
 
 void run_attention_case(const AttnCase& c);

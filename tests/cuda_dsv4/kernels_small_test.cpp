@@ -66,6 +66,15 @@ TEST(CudaDsv4KernelsSmall, AttentionTiny) {
   c.ratio = 4;
   c.positions = {50, 5};
   run_attention_case(c);
+  // Short contexts: rings of min(context, 128) rows, 100 (a remainder) and 64 (a mask).
+  c.name = "small-ring-100";
+  c.ring_capacity = 100;
+  c.positions = {99, 37};
+  run_attention_case(c);
+  c.name = "small-ring-64";
+  c.ring_capacity = 64;
+  c.positions = {63, 20};
+  run_attention_case(c);
 }
 
 // Long row lists: a ratio-128 token at 1M context (8320 rows in 130 splits: the merge's 16 split warps per
