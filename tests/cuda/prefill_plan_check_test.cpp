@@ -76,48 +76,30 @@ TEST(PrefillPlanCheck, ConsistentPlansPassAndEveryShapeEditIsRefused) {
         warpgroup_checked += kernel == PrefillKernel::Warpgroup ? 1 : 0;
         wide_groups += plan.head_groups > 1 ? 1 : 0;
 
-        PrefillPlan e = plan;
-        e.precision = static_cast<PrefillPrecision>(7);
-        EXPECT_TRUE(refused_naming(check_prefill_plan_shape(e), "precision"));
-        e = plan;
-        e.kernel = PrefillKernel::Auto;
-        EXPECT_TRUE(refused_naming(check_prefill_plan_shape(e), "kernel"));
+        // One hand edit of the plan at a time, refused naming its field.
+        auto refuses = [&](auto edit, const char* field) {
+          PrefillPlan e = plan;
+          edit(e);
+          return refused_naming(check_prefill_plan_shape(e), field);
+        };
+        EXPECT_TRUE(refuses([](PrefillPlan& e) { e.precision = static_cast<PrefillPrecision>(7); }, "precision"));
+        EXPECT_TRUE(refuses([](PrefillPlan& e) { e.kernel = PrefillKernel::Auto; }, "kernel"));
         if (!has_warpgroup) {
-          e = plan;
-          e.kernel = PrefillKernel::Warpgroup;
-          EXPECT_TRUE(refused_naming(check_prefill_plan_shape(e), "kernel"));
+          EXPECT_TRUE(refuses([](PrefillPlan& e) { e.kernel = PrefillKernel::Warpgroup; }, "kernel"));
         }
-        e = plan;
-        e.max_length = plan.layout.capacity + 1;
-        EXPECT_TRUE(refused_naming(check_prefill_plan_shape(e), "max_length"));
-        e = plan;
-        e.max_rows = 0;
-        EXPECT_TRUE(refused_naming(check_prefill_plan_shape(e), "max_rows"));
-        e = plan;
-        e.max_rows = plan.max_length + 1;
-        EXPECT_TRUE(refused_naming(check_prefill_plan_shape(e), "max_rows"));
-        e = plan;
-        e.max_batch = 0;
-        EXPECT_TRUE(refused_naming(check_prefill_plan_shape(e), "max_batch"));
-        e = plan;
-        e.max_batch = 70000;
-        EXPECT_TRUE(refused_naming(check_prefill_plan_shape(e), "max_batch"));
-        e = plan;
-        e.block_rows = plan.block_rows + 1;
-        EXPECT_TRUE(refused_naming(check_prefill_plan_shape(e), "block_rows"));
-        e = plan;
-        e.tiles = plan.tiles > 1 ? plan.tiles - 1 : plan.tiles + 1;  // rows left unwritten, or a block past them
-        EXPECT_TRUE(refused_naming(check_prefill_plan_shape(e), "tiling"));
-        e = plan;
-        e.tokens_per_block = plan.tokens_per_block * 2;
-        EXPECT_TRUE(refused_naming(check_prefill_plan_shape(e), "tiling"));
-        e = plan;
-        e.heads_per_block = plan.heads_per_block + 1;
-        EXPECT_TRUE(refused_naming(check_prefill_plan_shape(e), "tiling"));
-        e = plan;
-        e.head_groups = plan.head_groups + 1;
-        EXPECT_TRUE(refused_naming(check_prefill_plan_shape(e), "tiling"));
-        e = plan;
+        EXPECT_TRUE(refuses([&](PrefillPlan& e) { e.max_length = plan.layout.capacity + 1; }, "max_length"));
+        EXPECT_TRUE(refuses([](PrefillPlan& e) { e.max_rows = 0; }, "max_rows"));
+        EXPECT_TRUE(refuses([&](PrefillPlan& e) { e.max_rows = plan.max_length + 1; }, "max_rows"));
+        EXPECT_TRUE(refuses([](PrefillPlan& e) { e.max_batch = 0; }, "max_batch"));
+        EXPECT_TRUE(refuses([](PrefillPlan& e) { e.max_batch = 70000; }, "max_batch"));
+        EXPECT_TRUE(refuses([&](PrefillPlan& e) { e.block_rows = plan.block_rows + 1; }, "block_rows"));
+        // (Fewer tiles leave rows unwritten, more put a block past them.)
+        const std::uint64_t other_tiles = plan.tiles > 1 ? plan.tiles - 1 : plan.tiles + 1;
+        EXPECT_TRUE(refuses([&](PrefillPlan& e) { e.tiles = other_tiles; }, "tiling"));
+        EXPECT_TRUE(refuses([&](PrefillPlan& e) { e.tokens_per_block = plan.tokens_per_block * 2; }, "tiling"));
+        EXPECT_TRUE(refuses([&](PrefillPlan& e) { e.heads_per_block = plan.heads_per_block + 1; }, "tiling"));
+        EXPECT_TRUE(refuses([&](PrefillPlan& e) { e.head_groups = plan.head_groups + 1; }, "tiling"));
+        PrefillPlan e = plan;
         e.q_heads = plan.q_heads + plan.layout.kv_heads * 7;  // another group size: another tiling
         const PrefillTiling other = prefill_tiling(e.q_heads / plan.layout.kv_heads, plan.block_rows, plan.max_rows);
         if (other.heads_per_block != plan.heads_per_block || other.tokens_per_block != plan.tokens_per_block ||
