@@ -7,15 +7,11 @@
 
 #include <cstdint>
 
+#include "exact_window.cuh"
+
 namespace kvcompact::cuda::tq::detail {
 
 namespace {
-
-__device__ inline std::uint32_t exact_begin(std::uint32_t length, std::uint32_t window_begin, std::uint32_t w) {
-  if (w == 0) return length;
-  const std::uint32_t recent = length > w ? length - w : 0u;
-  return min(length, max(window_begin, recent));
-}
 
 __device__ inline std::uint32_t pack_half2(float lo, float hi) {
   const __half2 h = __floats2half2_rn(lo, hi);

@@ -2,6 +2,7 @@
 // again by decode_attention before anything is launched.
 #include "decode_plan_check.hpp"
 
+#include "align.hpp"
 #include "attention_checks.hpp"
 #include "decode_split.hpp"
 #include "params.hpp"
@@ -9,7 +10,7 @@
 namespace kvcompact::cuda::tq::detail {
 
 namespace {
-std::uint64_t align256(std::uint64_t x) { return (x + 255u) & ~std::uint64_t{255}; }
+using kvcompact::cuda::detail::align256;
 
 // The fused kernel's blocks per split: one per (KV head, head group of up to kDecodeGroup query heads).
 std::uint64_t head_group_rows(const LayerLayout& layout, std::uint32_t q_heads) {

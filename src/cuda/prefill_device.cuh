@@ -9,6 +9,7 @@
 
 #include <cstdint>
 
+#include "exact_window.cuh"
 #include "prefill_params.hpp"
 #include "region_span.hpp"
 
@@ -49,12 +50,6 @@ struct Stage {
     vn = vc + L::vc;
   }
 };
-
-__device__ inline std::uint32_t exact_begin(std::uint32_t length, std::uint32_t window_begin, std::uint32_t w) {
-  if (w == 0) return length;
-  const std::uint32_t recent = length > w ? length - w : 0u;
-  return min(length, max(window_begin, recent));
-}
 
 __device__ inline void cp_async16(void* smem, const void* gmem) {
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "align.hpp"
 #include "attention_checks.hpp"
 #include "check.hpp"
 #include "prefill_params.hpp"
@@ -37,7 +38,7 @@ std::uint64_t split_bytes(const PrefillPlan& plan) {
   const std::uint64_t units = query_tiles(plan, plan.max_batch);
   return units * plan.key_splits * partial_floats(plan) * 4u + units * 4u;  // partials, then counters
 }
-std::uint64_t fold_offset(const PrefillPlan& plan) { return (split_bytes(plan) + 255u) / 256u * 256u; }
+std::uint64_t fold_offset(const PrefillPlan& plan) { return kvcompact::cuda::detail::align256(split_bytes(plan)); }
 std::uint64_t fold_bytes(const PrefillPlan& plan) {
   return plan.folded_keys ? std::uint64_t{plan.max_batch} * plan.layout.kv_heads * key_tiles(plan) *
                                 detail::folded_tile_bytes(plan.config.has_qjl())

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "cuda/align.hpp"
 #include "cuda/check.hpp"
 #include "cuda/per_device.hpp"
 #include "kernels_params.hpp"
@@ -23,8 +24,6 @@ static_assert(offsetof(TokenRows, chunk_start) == offsetof(detail::TokenRowsDev,
 static_assert(offsetof(TokenRows, ring_capacity) == offsetof(detail::TokenRowsDev, ring_capacity));
 
 namespace {
-
-std::uint64_t align256(std::uint64_t x) { return (x + 255u) & ~std::uint64_t{255}; }
 
 struct SplitPlan {
   std::uint32_t splits = 1;
@@ -102,8 +101,8 @@ AttnWorkspace attn_layout(std::uint32_t count, std::uint32_t heads, const AttnPl
   AttnWorkspace w;
   if (plan.direct_output) return w;
   const std::uint64_t parts = std::uint64_t{count} * heads * plan.split.splits;
-  w.part_ml = align256(parts * detail::kHeadDim * 4);
-  w.total = w.part_ml + align256(parts * 2 * 4);
+  w.part_ml = kvcompact::cuda::detail::align256(parts * detail::kHeadDim * 4);
+  w.total = w.part_ml + kvcompact::cuda::detail::align256(parts * 2 * 4);
   return w;
 }
 

@@ -7,6 +7,8 @@
 
 #include <cstdint>
 
+#include "cuda/align.hpp"
+
 namespace kvcompact::cuda::dsv4::detail {
 
 // Mirror of the public TokenRows (dsv4_kernels.hpp); attention.cpp static_asserts the layouts agree.
@@ -40,7 +42,7 @@ struct QueryLayout {
   std::uint64_t qf, qi, fq, info, total;
 };
 inline QueryLayout query_layout(std::uint64_t tokens) {
-  auto al = [](std::uint64_t x) { return (x + 255u) & ~std::uint64_t{255}; };
+  constexpr auto al = kvcompact::cuda::detail::align256;
   QueryLayout l{};
   l.qf = 0;
   l.qi = al(l.qf + tokens * kIndexerMaxHeads * kIndexerDim * 4);
