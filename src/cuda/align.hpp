@@ -1,4 +1,4 @@
-// Internal, host and device: the 256-byte rounding of workspace regions. A workspace (or device buffer) from
+// Internal, host side: the 256-byte rounding of workspace regions. A workspace (or device buffer) from
 // cudaMalloc starts on a 256-byte boundary; every region inside it that starts on one too is aligned for the
 // widest vector and bulk-copy accesses of any kernel that reads it, whatever the sizes of the regions before it.
 #pragma once
