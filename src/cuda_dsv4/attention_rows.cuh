@@ -63,7 +63,6 @@ __device__ __forceinline__ SplitRows split_rows(const AttentionParams& p, const 
 __device__ __forceinline__ bool token_beyond_bound(const AttentionParams& p, const TokenRowsDev& d) {
   return attention_rows_beyond_bound(d.position, p.ratio, p.index_topk, p.max_rows);
 }
-__device__ __forceinline__ float quiet_nan() { return __int_as_float(0x7FC00000); }
 
 // Index of the partial (token, head h0 + h, split) in part_o (times 512) and part_ml (times 2).
 __device__ __forceinline__ std::uint64_t partial_index(const AttentionParams& p, std::uint32_t token, std::uint32_t h0,

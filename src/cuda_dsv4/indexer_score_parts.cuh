@@ -117,7 +117,7 @@ __device__ __forceinline__ int fp8_row_scale_check(int e, std::uint32_t scale_bi
 __device__ __forceinline__ void write_beyond_bound_scores(const ScoreParams& p, unsigned token) {
   float* row = p.scores + static_cast<std::uint64_t>(token) * p.score_stride;
   for (std::uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < p.max_visible; i += gridDim.x * blockDim.x) {
-    row[i] = __int_as_float(0x7FC00000);
+    row[i] = quiet_nan();
   }
 }
 

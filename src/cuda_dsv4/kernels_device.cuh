@@ -84,9 +84,14 @@ __device__ __forceinline__ std::uint64_t visible_rows(std::int64_t t, std::uint3
   const auto n = static_cast<std::uint64_t>(t + 1);
   return ratio == 4 ? n >> 2 : ratio == 128 ? n >> 7 : 0u;
 }
-__device__ __forceinline__ std::uint32_t compressed_count(std::int64_t t, std::uint32_t ratio, std::uint32_t topk) {
+// The compressed rows of a token's attention list (ratio 4: at most topk), in 64 bits for the bound check below,
+// and as the 32-bit count of a list within its bound.
+__device__ __forceinline__ std::uint64_t compressed_rows(std::int64_t t, std::uint32_t ratio, std::uint32_t topk) {
   const std::uint64_t vis = visible_rows(t, ratio);
-  return static_cast<std::uint32_t>(ratio == 4 && vis > topk ? topk : vis);
+  return ratio == 4 && vis > topk ? topk : vis;
+}
+__device__ __forceinline__ std::uint32_t compressed_count(std::int64_t t, std::uint32_t ratio, std::uint32_t topk) {
+  return static_cast<std::uint32_t>(compressed_rows(t, ratio, topk));
 }
 
 // Whether a token's (t + 1) / ratio visible rows exceed its call's host-side bound (max_visible, max_rows; the
@@ -102,10 +107,10 @@ __device__ __forceinline__ bool rows_beyond_bound(std::int64_t t, std::uint32_t 
 __device__ __forceinline__ bool attention_rows_beyond_bound(std::int64_t t, std::uint32_t ratio, std::uint32_t topk,
                                                             std::uint32_t bound) {
   if (t < 0) return true;
-  const std::uint64_t window = t + 1 < kWindow ? static_cast<std::uint64_t>(t + 1) : kWindow;
-  const std::uint64_t visible = visible_rows(t, ratio);
-  return window + (ratio == 4 && visible > topk ? topk : visible) > bound;
+  const std::uint64_t window = t + 1 < kWindow ? static_cast<std::uint64_t>(t + 1) : kWindow;  // (window_count in 64 bits)
+  return window + compressed_rows(t, ratio, topk) > bound;
 }
+__device__ __forceinline__ float quiet_nan() { return __int_as_float(0x7FC00000); }
 
 // mma.sync wrappers (sm_80+; fp16 with f32 accumulation, s8 with s32 accumulation).
 __device__ __forceinline__ void mma_f16(float (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0, std::uint32_t b1) {
