@@ -11,6 +11,7 @@
 # costs no device time for them and needs no test binary (built or carried) — and cannot be landed on this run's
 # word.
 # Usage: CASES="bf16 1 1048576,bf16 8 1048576" scripts/gpu/dsv4_ab.sh [ROUNDS]   (default 2 rounds)
+#        (a case may end in benchmark flags: "fp8 1 1048576 --distinct-indexer-rows", reported as storage fp8/distinct)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/gpu/ab_common.sh
@@ -63,6 +64,8 @@ for r in $(seq 1 "$ROUNDS"); do
         exit 1
       fi
       [[ "$line" == *scalar-path* ]] && echo "warning: $s $c took the scalar path: $line" >&2
+      # (A case may add benchmark flags after its context; --distinct-indexer-rows is told apart in the storage.)
+      [[ "$c" == *--distinct-indexer-rows* ]] && st="$st/distinct"
       echo "$r,$s,$st,$b,$ctx,$us,$graph,$idx,$attn" >> "$OUT/dsv4_ab.csv"
     done
   done
