@@ -8,9 +8,11 @@
 //      keys and adds its nonzero bins into every block's copy of the cluster's histogram (one cluster
 //      barrier per digit), then finds the bin that holds the k-th largest key;
 //      it stops as soon as that bin is taken whole (the index digits only run when scores tie at the bound).
-//      The first digit reads the scores from global memory (L2: the score kernel has just written them) and,
+//      The first digit reads the scores from global memory (the score kernel has just written them) and,
 //      when the block's share fits (32768 rows: batch 1 up to 2M context, batch 8 up to 1M), stages their order
-//      keys in shared memory for the second digit; otherwise that one reads the scores again. While passing
+//      keys in shared memory for the second digit (a share of at least 4096 aligned rows arrives there by bulk
+//      copies issued at the kernel's start, and its scores become order keys in place); otherwise the second
+//      digit reads the scores again. While passing
 //      over them the second time a block keeps the keys at or above the first digit's boundary bin in shared
 //      memory (if they fit, which they do unless many scores share their leading 11 bits; a block whose keys
 //      did not fit keeps those at or above the 22-bit prefix in the third digit's pass instead), and the later
@@ -18,8 +20,10 @@
 //   Code size matters here: every pass is inlined and unrolled, and a version whose code had grown by half
 //   (staging with a second 16-deep loop form) ran 1-3 % slower per decode step even where it did not stage, so
 //   the passes that only run when the list overflows keep 4 loads in flight (cuda-dsv4-kernels-history.md, round 16).
-//   2. Every block sends its selected keys to the leader block; every block then copies the k keys and writes
-//      the final position of its share of them (position = number of larger keys).
+//   2. Every block gathers its selected keys in its own shared memory and tells every block how many it has
+//      (no remote atomics: an append to the leader's list cost the appending warp a distributed-shared-memory
+//      round trip, and the busiest block several); every block then copies the k keys from all of them and
+//      writes the final position of its share of them (position = number of larger keys).
 // (Replaces a two-kernel version — per-chunk candidates, then one block per token for the final select and a
 // bitonic sort — whose second kernel ran on a single multiprocessor: 31 + 20 µs per batch-1 call at 1M.)
 #include <cooperative_groups.h>
@@ -29,6 +33,7 @@
 #include <type_traits>
 #include <cub/block/block_scan.cuh>
 
+#include "cuda/bulk_copy.cuh"
 #include "cuda/per_device.hpp"
 #include "kernels_params.hpp"
 #include "pdl.cuh"
@@ -46,6 +51,12 @@ constexpr unsigned kColdInFlight = 4; // the same on the passes that run only wh
                                       // site is inlined and unrolled, so fewer keep the kernel's code small
 constexpr unsigned kListCap = 4096;   // keys a block keeps in shared memory after the first digit
 constexpr unsigned kStageCap = 32768; // order keys a block stages in shared memory during the first digit
+// A block whose share is staged, 16-byte aligned and at least kBulkMinRows rows long brings its scores into the
+// staging area with bulk copies in kBulkChunks chunks (issued at the kernel's start), and the first digit turns
+// each chunk into order keys in place once it has landed: the copies need no registers, so the whole share is in
+// flight at once, and the chunks after the first arrive while it is counted. (Loaded by the threads, 16 scores
+// each in flight, the first pass at batch 8 x 1M spent ~10 us on two rounds of loads followed by their keys.)
+constexpr unsigned kBulkChunks = 8, kBulkMinRows = 4096;
 // (Shared memory: 16 + 16 + 32 + 16 + 128 + 16 KB, one block per multiprocessor; the scans' storage shares the
 // last 16 with the ranking's copy of the keys, which is written after the last scan. A token's keys at or above the
 // first digit's boundary bin are a few hundred, so 4096 list slots per block lose nothing measurable — a list
@@ -58,14 +69,17 @@ struct TopkSmem {
   std::uint32_t hist[2][kBins];     // this block's histogram of the digit (by digit parity)
   std::uint32_t total[2][kBins];    // the cluster's histogram of the digit (by parity; every block adds into it)
   std::uint64_t list[kListCap];     // this block's keys at or above the first digit's boundary bin
-  std::uint64_t chosen[kTopkMaxK];  // leader block: the selected keys, unordered (every block appends)
-  std::uint32_t staged[kStageCap];  // the order key of row begin + j at j, when the block's share fits
+  std::uint64_t chosen[kTopkMaxK];  // this block's selected keys, unordered
+  std::uint32_t staged[kStageCap];  // the order key of row begin + j at j, when the block's share fits (first the
+                                    // score itself, while the bulk copies land)
+  std::uint64_t chunk_landed[kBulkChunks];  // the bulk copies' mbarriers
   union {
     BlockScan::TempStorage scan;    // the digits' scans (1)
-    std::uint64_t keys[kTopkMaxK];  // every block: a copy of the leader's chosen keys, for ranking (3)
+    std::uint64_t keys[kTopkMaxK];  // every block: a copy of the cluster's chosen keys, for ranking (3)
   };
   std::uint32_t list_count;    // keys in list
-  std::uint32_t chosen_count;  // leader block: slots taken in chosen
+  std::uint32_t chosen_count;  // keys in chosen
+  std::uint32_t chosen_counts[16];  // block b's chosen_count at [b] (written by block b, before the send's barrier)
   std::uint32_t bin[2], above[2], cnt[2];  // the digit's boundary bin (by parity: no barrier before the next digit)
 };
 static_assert(sizeof(TopkSmem) <= 227 * 1024, "one block per multiprocessor on sm_90 (227 KB of shared memory)");
@@ -137,6 +151,7 @@ __device__ __forceinline__ void count_key(bool counted, std::uint32_t bin, std::
 // block's own).
 template <unsigned Cluster>
 __global__ void __launch_bounds__(kThreads, 1) topk_kernel(TopkParams p) {
+  static_assert(Cluster <= 16, "chosen_counts holds one count per block of a cluster");
   wait_for_previous_grid();
   extern __shared__ __align__(16) std::uint8_t smem_raw[];
   TopkSmem& sm = *reinterpret_cast<TopkSmem*>(smem_raw);
@@ -187,11 +202,28 @@ __global__ void __launch_bounds__(kThreads, 1) topk_kernel(TopkParams p) {
     return;
   }
   const float* sc = p.scores + static_cast<std::uint64_t>(token) * p.score_stride;
-  const std::uint32_t per = (n + Cluster - 1) / Cluster;
+  // Shares are whole groups of 4 scores, so that every block's share starts 16-byte aligned when its token's
+  // scores do (the bulk copies' condition).
+  const std::uint32_t per = ((n + Cluster - 1) / Cluster + 3u) & ~3u;
   const std::uint32_t begin = min(n, rank * per), end = min(n, begin + per);
+  const std::uint32_t bulk_rows = (end - begin) & ~3u;  // the copies' rows; the last 0-3 are loaded by threads
+  const bool bulk = end - begin <= kStageCap && end - begin >= kBulkMinRows &&
+                    (reinterpret_cast<std::uintptr_t>(sc + begin) & 15u) == 0;
+  const std::uint32_t chunk_rows = ((bulk_rows + kBulkChunks - 1) / kBulkChunks + 3u) & ~3u;
+  namespace tqd = tq::detail;
   if (tid == 0) {
     sm.chosen_count = 0;
     sm.list_count = 0;
+    if (bulk) {
+      for (unsigned c = 0; c < kBulkChunks; ++c) tqd::mbar_init(&sm.chunk_landed[c], 1);
+      asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+      for (unsigned c = 0; c < kBulkChunks; ++c) {
+        const std::uint32_t r0 = min(bulk_rows, c * chunk_rows), r1 = min(bulk_rows, r0 + chunk_rows);
+        if (r1 == r0) break;
+        tqd::mbar_arrive_expect_tx(&sm.chunk_landed[c], (r1 - r0) * 4u);
+        tqd::bulk_copy(&sm.staged[r0], sc + begin + r0, (r1 - r0) * 4u, &sm.chunk_landed[c]);
+      }
+    }
   }
   // This block's rows as f(valid, index, order key): from the keys the first digit staged in shared memory
   // when they fit (a short loop: shared memory's latency needs no deep unrolling), else from the scores.
@@ -241,10 +273,29 @@ __global__ void __launch_bounds__(kThreads, 1) topk_kernel(TopkParams p) {
     for (unsigned b = tid; b < kBins; b += kThreads) hist[b] = 0;
     if (digit == 0) {
       __syncthreads();
-      for_each_row(sc, begin, end, [&](bool valid, std::uint32_t i, std::uint32_t u) {
-        count_key(valid, u >> 21, hist);
-        if (stage && valid) sm.staged[i - begin] = u;
-      });
+      if (bulk) {
+        // Each chunk as it lands: its scores become order keys in place, counted. The last 0-3 rows come by loads.
+        for (unsigned c = 0; c < kBulkChunks; ++c) {
+          const std::uint32_t r0 = min(bulk_rows, c * chunk_rows), r1 = min(bulk_rows, r0 + chunk_rows);
+          if (r1 == r0) break;
+          tqd::mbar_wait(&sm.chunk_landed[c], 0);
+          for (std::uint32_t j = r0 + tid; j < r1; j += kThreads) {
+            const std::uint32_t u = order_key(__uint_as_float(sm.staged[j]));
+            count_key(true, u >> 21, hist);
+            sm.staged[j] = u;
+          }
+        }
+        if (bulk_rows + tid < end - begin) {
+          const std::uint32_t u = order_key(__ldg(sc + begin + bulk_rows + tid));
+          count_key(true, u >> 21, hist);
+          sm.staged[bulk_rows + tid] = u;
+        }
+      } else {
+        for_each_row(sc, begin, end, [&](bool valid, std::uint32_t i, std::uint32_t u) {
+          count_key(valid, u >> 21, hist);
+          if (stage && valid) sm.staged[i - begin] = u;
+        });
+      }
       staged = stage;
     } else if (digit == 1) {
       // Keep the keys at or above the first digit's boundary bin if this block's share of them fits.
@@ -313,22 +364,29 @@ __global__ void __launch_bounds__(kThreads, 1) topk_kernel(TopkParams p) {
     whole = bin_count == krem;
   }
 
-  // ---- 2. send the selected keys to the leader (exactly kk: the keys are distinct).
+  // ---- 2. gather this block's selected keys (the cluster's are exactly kk: the keys are distinct) and tell
+  // every block their count.
   finish_arrival();  // (when no digit ran)
-  std::uint32_t* leader_count = remote(&sm.chosen_count, 0);
-  std::uint64_t* leader_chosen = remote(sm.chosen, 0);
   {
     const std::uint64_t bound = prefix;
     const unsigned sh = shift;
     for_each_key([&](bool valid, std::uint64_t key) {
-      append_warp(valid && (sh == 64 || (key >> sh) >= bound), key, leader_count, leader_chosen);
+      append_warp(valid && (sh == 64 || (key >> sh) >= bound), key, &sm.chosen_count, sm.chosen);
     });
   }
-  sync_cluster();
+  __syncthreads();  // chosen_count is final
+  if (tid < Cluster) remote(sm.chosen_counts, tid)[rank] = sm.chosen_count;
+  sync_cluster();  // every block's chosen keys and count are visible to the cluster
 
-  // ---- 3. every block copies the kk keys and places its share: position = number of larger keys.
-  for (std::uint32_t j = tid; j < kk; j += kThreads) sm.keys[j] = leader_chosen[j];
-  sync_cluster();  // (also: the leader's chosen stays readable until every block has copied it)
+  // ---- 3. every block copies the kk keys (block 0's, then block 1's, ...) and places its share: position =
+  // number of larger keys.
+  for (std::uint32_t j = tid; j < kk; j += kThreads) {
+    unsigned from = 0;
+    std::uint32_t at = j;
+    while (from + 1 < Cluster && at >= sm.chosen_counts[from]) at -= sm.chosen_counts[from++];  // (they add up to kk)
+    sm.keys[j] = remote(sm.chosen, from)[at];
+  }
+  sync_cluster();  // (also: every block's chosen stays readable until every block has copied it)
   const std::uint32_t share = (kk + Cluster - 1) / Cluster;
   const std::uint32_t j0 = min(kk, rank * share), j1 = min(kk, j0 + share);
   const unsigned warp = tid / 32, lane = tid % 32;

@@ -45,6 +45,18 @@ TEST(CudaDsv4KernelsSmall, TopkTiny) {
   run_topk_case("tiny", {{1.0f, nan, 2.0f, 2.0f, -0.0f, 0.0f, -inf, inf, 1.0f}, {5.0f}, {}}, 4);
 }
 
+// Shares of at least 4096 rows take the bulk copies into the staging area (topk.cu), under the sanitizers too:
+// on 16-block clusters one token's 16-byte aligned rows split into shares of 4100 rows and a last one of 4099 (its
+// last 3 rows loaded by threads), and the other token's rows start 12 bytes past a 16-byte boundary (the stride
+// is 65599 scores), so its blocks take the threads' loads instead.
+TEST(CudaDsv4KernelsSmall, TopkBulkStaged) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(fresh_seed());
+  std::vector<float> first = normal(rng, 65599), second = normal(rng, 65537);
+  for (std::size_t j = 7; j < first.size(); j += 1009) first[j] = first[j - 7];  // exact ties
+  run_topk_case("bulk-staged", {first, second}, 512);
+}
+
 TEST(CudaDsv4KernelsSmall, AttentionTiny) {
   SKIP_WITHOUT_GPU();
   AttnCase c;
