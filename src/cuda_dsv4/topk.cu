@@ -31,6 +31,7 @@
 
 #include <cstdint>
 #include <type_traits>
+#include <utility>
 #include <cub/block/block_scan.cuh>
 
 #include "cuda/bulk_copy.cuh"
@@ -210,6 +211,11 @@ __global__ void __launch_bounds__(kThreads, 1) topk_kernel(TopkParams p) {
   const bool bulk = end - begin <= kStageCap && end - begin >= kBulkMinRows &&
                     (reinterpret_cast<std::uintptr_t>(sc + begin) & 15u) == 0;
   const std::uint32_t chunk_rows = ((bulk_rows + kBulkChunks - 1) / kBulkChunks + 3u) & ~3u;
+  // Chunk c's rows [first, second) of the share (empty from some chunk on when the share is short).
+  auto chunk = [&](unsigned c) {
+    const std::uint32_t r0 = min(bulk_rows, c * chunk_rows);
+    return std::pair<std::uint32_t, std::uint32_t>{r0, min(bulk_rows, r0 + chunk_rows)};
+  };
   namespace tqd = tq::detail;
   if (tid == 0) {
     sm.chosen_count = 0;
@@ -218,7 +224,7 @@ __global__ void __launch_bounds__(kThreads, 1) topk_kernel(TopkParams p) {
       for (unsigned c = 0; c < kBulkChunks; ++c) tqd::mbar_init(&sm.chunk_landed[c], 1);
       asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
       for (unsigned c = 0; c < kBulkChunks; ++c) {
-        const std::uint32_t r0 = min(bulk_rows, c * chunk_rows), r1 = min(bulk_rows, r0 + chunk_rows);
+        const auto [r0, r1] = chunk(c);
         if (r1 == r0) break;
         tqd::mbar_arrive_expect_tx(&sm.chunk_landed[c], (r1 - r0) * 4u);
         tqd::bulk_copy(&sm.staged[r0], sc + begin + r0, (r1 - r0) * 4u, &sm.chunk_landed[c]);
@@ -276,7 +282,7 @@ __global__ void __launch_bounds__(kThreads, 1) topk_kernel(TopkParams p) {
       if (bulk) {
         // Each chunk as it lands: its scores become order keys in place, counted. The last 0-3 rows come by loads.
         for (unsigned c = 0; c < kBulkChunks; ++c) {
-          const std::uint32_t r0 = min(bulk_rows, c * chunk_rows), r1 = min(bulk_rows, r0 + chunk_rows);
+          const auto [r0, r1] = chunk(c);
           if (r1 == r0) break;
           tqd::mbar_wait(&sm.chunk_landed[c], 0);
           for (std::uint32_t j = r0 + tid; j < r1; j += kThreads) {
