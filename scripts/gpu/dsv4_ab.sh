@@ -10,7 +10,7 @@
 # sanitizers to the sides named (default: every side but base): a side measured only to explain a result then
 # costs no device time for them and needs no test binary (built or carried) — and cannot be landed on this run's
 # word.
-# Usage: CASES="bf16 1 1048576,bf16 8 1048576" scripts/gpu/dsv4_ab.sh [ROUNDS]   (default 2 rounds)
+# Usage: [PREFILL_STORAGES="fp8 bf16"] CASES="bf16 1 1048576,bf16 8 1048576" scripts/gpu/dsv4_ab.sh [ROUNDS]   (default 2 rounds)
 #        (a case may end in benchmark flags: "fp8 1 1048576 --distinct-indexer-rows", reported as storage fp8/distinct)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -64,8 +64,15 @@ for r in $(seq 1 "$ROUNDS"); do
         exit 1
       fi
       [[ "$line" == *scalar-path* ]] && echo "warning: $s $c took the scalar path: $line" >&2
-      # (A case may add benchmark flags after its context; --distinct-indexer-rows is told apart in the storage.)
-      [[ "$c" == *--distinct-indexer-rows* ]] && st="$st/distinct"
+      # (A case may add benchmark flags after its context; they are told apart in the storage column:
+      # --distinct-indexer-rows as "/distinct", any other flags as themselves without dashes and spaces.)
+      read -r _ _ _ extra <<< "$c"
+      if [ -n "$extra" ]; then
+        [[ "$extra" == *--distinct-indexer-rows* ]] && st="$st/distinct"
+        extra=${extra//--distinct-indexer-rows/}
+        extra=$(echo "$extra" | tr -d ' -')
+        [ -z "$extra" ] || st="$st/$extra"
+      fi
       echo "$r,$s,$st,$b,$ctx,$us,$graph,$idx,$attn" >> "$OUT/dsv4_ab.csv"
     done
   done
@@ -90,6 +97,42 @@ for (st, b, ctx), a in acc.items():
         print(f"{st:<10} {b:>5} {ctx:>8} {s:<24} {us:9.1f} {us / base if base > 0 else float('nan'):7.3f} "
               f"{mean(a[(s, 'indexer_us')]):9.1f} {mean(a[(s, 'attention_us')]):9.1f}")
 PY
+# PREFILL_STORAGES="fp8 bf16": then each storage's 4096-token prefill chunk (--prefill-only), every side,
+# alternating, ROUNDS times; mean microseconds per side and side / base (CSV $OUT/dsv4_prefill_ab.csv).
+if [ -n "${PREFILL_STORAGES:-}" ]; then
+  echo "round,side,storage,us,indexer_us,attention_us" > "$OUT/dsv4_prefill_ab.csv"
+  for r in $(seq 1 "$ROUNDS"); do
+    for s in "${SIDES[@]}"; do
+      [[ " ${HUNG:-} " == *" $s "* ]] && continue
+      for st in $PREFILL_STORAGES; do
+        # "<storage> prefill 4096 tokens: <us> us (indexer <us>, attention <us>), <n> tokens/s"
+        line=$(timeout "${BENCH_TIMEOUT:-90}" "${DIR[$s]}/build-gpu/$BENCH_PATH" --only "$st" 1 65536 --prefill-only 2>&1 |
+               grep ' prefill 4096 tokens:' | tail -1)
+        nums=$(echo "$line" | sed -E 's/.*tokens: ([0-9.]+) us \(indexer ([0-9.]+), attention ([0-9.]+)\).*/\1,\2,\3/')
+        if ! [[ "$nums" =~ ^[0-9.]+,[0-9.]+,[0-9.]+$ ]]; then
+          echo "error: $s prefill $st: $line" >&2
+          rc=1
+          continue
+        fi
+        echo "$r,$s,$st,$nums" >> "$OUT/dsv4_prefill_ab.csv"
+      done
+    done
+  done
+  python3 - "$OUT/dsv4_prefill_ab.csv" <<'PY'
+import csv, sys, collections
+rows = list(csv.DictReader(open(sys.argv[1])))
+acc = collections.defaultdict(list)
+for r in rows:
+    acc[(r["storage"], r["side"])].append((float(r["us"]), float(r["indexer_us"]), float(r["attention_us"])))
+mean = lambda v: sum(v) / len(v)
+print(f"{'prefill':<10} {'side':<24} {'us':>9} {'/base':>7} {'indexer':>9} {'attention':>9}")
+for (st, side), v in acc.items():
+    base = acc.get((st, "base"))
+    us = mean([x[0] for x in v])
+    ratio = us / mean([x[0] for x in base]) if base else float("nan")
+    print(f"{st:<10} {side:<24} {us:9.0f} {ratio:7.3f} {mean([x[1] for x in v]):9.0f} {mean([x[2] for x in v]):9.0f}")
+PY
+fi
 # The per-side build, test and sanitizer logs as one file (ab_logs.tgz), beside dsv4_ab.csv.
 (cd "$OUT" && pack_out ab_logs ab_build_*.log dsv4_*_tests.log dsv4_*_memcheck.log dsv4_*_racecheck.log)
 exit "$rc"
