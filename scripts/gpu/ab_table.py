@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Per case and side of an A/B CSV (columns round, side, the key columns, the value column): the mean value over
-the rounds and its ratio to side "base". Used by prefill_ab.sh, encode_ab.sh, tq_decode_ab.sh and tq_step_ab.sh.
+the rounds and its ratio to side "base". Used by prefill_ab.sh, encode_ab.sh, tq_decode_ab.sh, tq_step_ab.sh,
+dsv4_flags_ab.sh and dsv4_ab.sh's prefill chunks.
 Usage: ab_table.py CSV KEY_COLUMNS VALUE_COLUMN      (KEY_COLUMNS comma-separated, e.g. mode,precision,context)"""
 import collections
 import csv

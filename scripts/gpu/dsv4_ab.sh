@@ -118,20 +118,7 @@ if [ -n "${PREFILL_STORAGES:-}" ]; then
       done
     done
   done
-  python3 - "$OUT/dsv4_prefill_ab.csv" <<'PY'
-import csv, sys, collections
-rows = list(csv.DictReader(open(sys.argv[1])))
-acc = collections.defaultdict(list)
-for r in rows:
-    acc[(r["storage"], r["side"])].append((float(r["us"]), float(r["indexer_us"]), float(r["attention_us"])))
-mean = lambda v: sum(v) / len(v)
-print(f"{'prefill':<10} {'side':<24} {'us':>9} {'/base':>7} {'indexer':>9} {'attention':>9}")
-for (st, side), v in acc.items():
-    base = acc.get((st, "base"))
-    us = mean([x[0] for x in v])
-    ratio = us / mean([x[0] for x in base]) if base else float("nan")
-    print(f"{st:<10} {side:<24} {us:9.0f} {ratio:7.3f} {mean([x[1] for x in v]):9.0f} {mean([x[2] for x in v]):9.0f}")
-PY
+  python3 scripts/gpu/ab_table.py "$OUT/dsv4_prefill_ab.csv" storage us
 fi
 # The per-side build, test and sanitizer logs as one file (ab_logs.tgz), beside dsv4_ab.csv.
 (cd "$OUT" && pack_out ab_logs ab_build_*.log dsv4_*_tests.log dsv4_*_memcheck.log dsv4_*_racecheck.log)
