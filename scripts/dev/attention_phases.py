@@ -2,18 +2,13 @@
 """Reads the decode benchmark's output built with scripts/dev/attention_phase_timing.patch (its PHASES lines) on
 stdin and prints the warpgroup attention kernel's cycles per phase: per tile for the loop's phases, per block for
 the prologue and epilogue, for a thread of an S warpgroup (thread 0) and one of the others (thread 256)."""
-import sys
+from phase_lines import timing_lines
 
 NAMES = ["prologue", "barrier A", "S issue", "next loads", "S wait", "softmax 1", "barrier B", "P + sums",
          "barrier C", "P V issue", "decode", "P V wait", "epilogue"]
 ONCE = (0, 12)
 
-for line in sys.stdin:
-    if not line.startswith("PHASES"):
-        if line.strip():
-            print(line.rstrip())
-        continue
-    f = line.split()
+for f in timing_lines("PHASES"):
     thread, blocks, tiles, cycles, ns = int(f[2]), int(f[4]), int(f[6]), int(f[8]), int(f[10])
     if blocks == 0:
         continue

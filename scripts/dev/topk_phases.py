@@ -3,7 +3,7 @@
 lines) on stdin, passes every other line through, and prints the top-k kernel's time per phase: cycles of thread 0
 per block and launch, averaged over every timed block (16-block clusters: batch 1; 8-block clusters: batch 8),
 and the same in µs at the clock the globaltimer implies (its ns over the same span)."""
-import sys
+from phase_lines import timing_lines
 
 NAMES = ["PDL wait (the score kernel)", "setup (zeroing, cluster arrive)",
          "digit 0: pass over the scores", "digit 0: remote adds + cluster barrier", "digit 0: scan + boundary",
@@ -11,12 +11,7 @@ NAMES = ["PDL wait (the score kernel)", "setup (zeroing, cluster arrive)",
          "digits 2+: passes", "digits 2+: remote adds + cluster barriers", "digits 2+: scans",
          "send to leader + cluster barrier", "copy the k keys + cluster barrier", "ranking and placement"]
 
-for line in sys.stdin:
-    if not line.startswith("TOPK_PHASES"):
-        if line.strip():
-            print(line.rstrip())
-        continue
-    f = line.split()
+for f in timing_lines("TOPK_PHASES"):
     cluster = int(f[2])
     v = [int(x) for x in f[3:21]]
     blocks = v[15]
