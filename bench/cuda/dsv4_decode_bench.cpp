@@ -11,6 +11,10 @@
 // rows, so every indexer score occurs many times over; --distinct-indexer-rows flips the signs of a random half
 // of each indexer row's values (the rows stay on their grid), which makes the rows and the scores distinct, as a
 // model's are (docs/cuda-dsv4-kernels-history.md, round 26: the top-k's path depends on ties).
+// --price-without-prepare (pricing only): the query preparation runs once when the case is built and the steps
+// leave its launches out. Every layer of this benchmark prepares the same query into the same workspace, so the
+// step computes the same scores without them; the time saved is the most that preparing the query inside another
+// kernel (the score kernel's prologue) could save (cuda-dsv4-kernels-history.md, round 36).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -120,11 +124,15 @@ struct Step {
   std::uint64_t qws_bytes = 0, tws_bytes = 0, aws_bytes = 0;
   std::uint32_t max_visible = 0, score_stride = 1;
   std::vector<std::array<float, 32>> inv_freq;  // per layer
+  bool prepare_in_step = true;  // false: --price-without-prepare (prepared once in build)
 
-  void enqueue_indexer(std::size_t layer, cudaStream_t s) {
-    const auto* tr = static_cast<const kc::TokenRows*>(token_rows[layer].data());
+  void prepare_query(cudaStream_t s) {
     BENCH_CHECK(kc::indexer_prepare_queries(static_cast<const float*>(qi.data()), tokens, index_heads, false, qws.data(),
                                             qws_bytes, s));
+  }
+  void enqueue_indexer(std::size_t layer, cudaStream_t s) {
+    const auto* tr = static_cast<const kc::TokenRows*>(token_rows[layer].data());
+    if (prepare_in_step) prepare_query(s);
     kc::IndexerScoreArgs sa;
     sa.tokens = tr;
     sa.count = tokens;
@@ -179,7 +187,7 @@ struct Step {
 
 // prefill_chunk == 0: decode of `batch` sequences at t = ctx - 1; else one sequence, chunk ending at ctx - 1.
 void build(Step& S, const kd::ModelConfig& model, const Storage& st, std::uint64_t ctx, std::uint32_t batch,
-           std::uint32_t prefill_chunk, bool distinct_indexer_rows, std::mt19937_64& rng) {
+           std::uint32_t prefill_chunk, bool distinct_indexer_rows, bool prepare_in_step, std::mt19937_64& rng) {
   S.model = &model;
   S.st = st;
   S.batch = prefill_chunk == 0 ? batch : 1;
@@ -267,6 +275,11 @@ void build(Step& S, const kd::ModelConfig& model, const Storage& st, std::uint64
   S.out = alloc(std::uint64_t{S.tokens} * S.heads * 512 * 4);
   S.fallback = alloc(8);
   CUDA_CHECK(cudaMemset(S.fallback.data(), 0, 8));
+  S.prepare_in_step = prepare_in_step;
+  if (!prepare_in_step) {
+    S.prepare_query(nullptr);
+    CUDA_CHECK(cudaDeviceSynchronize());
+  }
 }
 
 // Median of a captured CUDA graph of the whole step; -1 if capture is not possible.
@@ -295,6 +308,7 @@ double graph_us(Step& S, cudaStream_t s, int reps) {
 int main(int argc, char** argv) {
   std::string csv_path;
   bool quick = false, no_prefill = false, prefill_only = false, distinct_indexer_rows = false;
+  bool prepare_in_step = true;
   std::string only_storage;
   std::uint64_t only_ctx = 0;
   std::uint32_t only_batch = 0;
@@ -313,6 +327,7 @@ int main(int argc, char** argv) {
     // storage's chunk alone (for a profiler).
     if (std::strcmp(argv[i], "--prefill-only") == 0) prefill_only = true;
     if (std::strcmp(argv[i], "--distinct-indexer-rows") == 0) distinct_indexer_rows = true;
+    if (std::strcmp(argv[i], "--price-without-prepare") == 0) prepare_in_step = false;
   }
   if (prefill_only) no_prefill = false;
   (void)bench::require_device();
@@ -354,7 +369,7 @@ int main(int argc, char** argv) {
     for (std::uint64_t ctx : contexts) {
       for (std::uint32_t b : batches) {
         Step S;
-        build(S, model, st, ctx, b, 0, distinct_indexer_rows, rng);
+        build(S, model, st, ctx, b, 0, distinct_indexer_rows, prepare_in_step, rng);
         const double us = bench::median_us(2, reps, [&] { S.enqueue(0, stream); }, stream);
         const double ius = bench::median_us(1, reps, [&] { S.enqueue(1, stream); }, stream);
         const double aus = bench::median_us(1, reps, [&] { S.enqueue(2, stream); }, stream);
@@ -381,7 +396,7 @@ int main(int argc, char** argv) {
     for (const Storage& st : storages) {
       if (prefill_only && !only_storage.empty() && only_storage != st.name) continue;
       Step S;
-      build(S, model, st, 65536, 1, 4096, distinct_indexer_rows, rng);
+      build(S, model, st, 65536, 1, 4096, distinct_indexer_rows, prepare_in_step, rng);
       const double us = bench::median_us(1, 2, [&] { S.enqueue(0, stream); }, stream);
       const double ius = bench::median_us(0, 1, [&] { S.enqueue(1, stream); }, stream);
       const double aus = bench::median_us(0, 1, [&] { S.enqueue(2, stream); }, stream);
