@@ -3,10 +3,11 @@
 # under every flag set, alternating, ROUNDS times; prints per case and flag set (its "side"; the empty set is
 # "base") the mean step time (CUDA graph), its indexer and attention parts, each against base
 # (scripts/gpu/ab_table.py). CSV of every run in $OUT/dsv4_flags_ab.csv.
-# For changes that live behind a benchmark flag (e.g. --l2-prefetch), where dsv4_ab.sh's sides would each need
+# For changes that live behind a benchmark flag (e.g. --price-without-prepare, or round 35's --l2-prefetch from
+# scripts/dev/l2_prefetch_next_layers.patch), where dsv4_ab.sh's sides would each need
 # their own build. BIN: the benchmark (default .ab/new/build-gpu/..., as scripts/gpu/ab_prebuild.sh puts it);
 # FLAGS: flag sets separated by "|", one of them empty (the baseline).
-# Usage: CASES='fp8 1 1048576,bf16 1 1048576' FLAGS='|--l2-prefetch 0.6' scripts/gpu/dsv4_flags_ab.sh [ROUNDS]
+# Usage: CASES='fp8 1 1048576,bf16 1 1048576' FLAGS='|--price-without-prepare' scripts/gpu/dsv4_flags_ab.sh [ROUNDS]
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT="${OUT:-$PWD/out}"
