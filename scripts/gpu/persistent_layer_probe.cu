@@ -1,0 +1,228 @@
+// What a batch-1 DeepSeek-V4 layer run as one persistent kernel could at best cost: the pieces such a kernel
+// cannot avoid, measured alone on the GPU. A persistent layer kernel replaces the launches between a ratio-4
+// layer's phases (query preparation, scores, the top-k's digits, attention, merge) by grid-wide barriers, so what
+// it costs is its barriers plus its reads of the rows; this prints
+//   - one grid barrier (a release add and an acquire spin per block) for 1, 2 and 4 blocks per multiprocessor,
+//   - one back-to-back launch of an empty kernel (what a phase boundary costs today), plain and under
+//     programmatic dependent launch (the next launched as the previous one's blocks exit, as the layer kernels
+//     are),
+//   - a read of a layer's rows spread over the persistent grid and ended by a barrier: the FP8 and BF16 indexer
+//     rows of a ratio-4 layer at 1M (34.6 / 67.1 MB) and a ratio-128 layer's compressed FP8 rows (8192 × 584 B), from HBM
+//     (each repetition reads a region that the seven read since evicted from L2) and from L2 (the same region
+//     every time: what a read of rows prefetched during the layer before could take).
+// Times are the mean of many repetitions inside one launch (%globaltimer), so no launch is in them. Also printed:
+// the copy bandwidth the benchmarks' HBM floors use (a device-to-device copy, bytes read + written).
+// Build and run on the GPU machine (or build here and carry the binary):
+//   nvcc -std=c++17 -O3 -arch=sm_90a -o /tmp/plp scripts/gpu/persistent_layer_probe.cu && /tmp/plp
+// The analysis it feeds: docs/cuda-dsv4-kernels-history.md, round 37.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+
+#define CHECK(x)                                                                             \
+  do {                                                                                       \
+    const cudaError_t e_ = (x);                                                              \
+    if (e_ != cudaSuccess) {                                                                 \
+      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                          \
+    }                                                                                        \
+  } while (0)
+
+namespace {
+
+constexpr int kThreads = 512;
+
+__device__ __forceinline__ std::uint64_t global_ns() {
+  std::uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// Every block's thread 0 adds one arrival (release, so the block's writes are visible to whoever sees it) and
+// spins until all gridDim.x arrivals of this barrier are in (acquire). `target` counts arrivals since launch.
+__device__ __forceinline__ void grid_barrier(unsigned* count, unsigned target) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(count) : "memory");
+    unsigned v;
+    do {
+      asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(count) : "memory");
+    } while (v < target);
+  }
+  __syncthreads();
+}
+
+struct ProbeArgs {
+  const uint4* data;       // regions × region_vec 16-byte words
+  std::size_t region_vec;  // 0: barriers only
+  int regions;             // repetition r reads region r % regions
+  int reps;
+  unsigned* count;         // zeroed before the launch
+  std::uint64_t* out_ns;   // block 0's time for all repetitions
+  unsigned* sink;          // keeps the loads
+};
+
+__global__ void __launch_bounds__(kThreads) probe_kernel(ProbeArgs a) {
+  const unsigned grid = gridDim.x;
+  unsigned target = grid;
+  grid_barrier(a.count, target);  // every block is resident before the clock starts
+  const std::uint64_t t0 = global_ns();
+  unsigned acc = 0;
+  const std::size_t stride = static_cast<std::size_t>(grid) * kThreads;
+  for (int r = 0; r < a.reps; ++r) {
+    const uint4* base = a.data + static_cast<std::size_t>(r % a.regions) * a.region_vec;
+#pragma unroll 8
+    for (std::size_t i = blockIdx.x * kThreads + threadIdx.x; i < a.region_vec; i += stride) {
+      const uint4 v = __ldcg(base + i);  // L2 only, as the kernels' bulk copies
+      acc ^= v.x ^ v.y ^ v.z ^ v.w;
+    }
+    target += grid;
+    grid_barrier(a.count, target);
+  }
+  if (blockIdx.x == 0 && threadIdx.x == 0) *a.out_ns = global_ns() - t0;
+  if (acc == 0x9e3779b9u) a.sink[blockIdx.x] = acc;  // (never in practice; the loads cannot be dropped)
+}
+
+__global__ void __launch_bounds__(kThreads) empty_kernel(int pdl) {
+  if (pdl) asm volatile("griddepcontrol.wait;" ::: "memory");
+}
+
+struct Device {
+  int sms = 0;
+  cudaDeviceProp prop{};
+};
+
+// Mean µs per repetition of probe_kernel on blocks_per_sm × SMs blocks (cooperative launch: all resident).
+double probe_us(const Device& d, int blocks_per_sm, const uint4* data, std::size_t region_bytes, int regions,
+                int reps, unsigned* count, std::uint64_t* out_ns, unsigned* sink) {
+  ProbeArgs a{data, region_bytes / 16, regions, reps, count, out_ns, sink};
+  void* params[] = {&a};
+  CHECK(cudaMemset(count, 0, sizeof(unsigned)));
+  CHECK(cudaLaunchCooperativeKernel(reinterpret_cast<void*>(probe_kernel), dim3(d.sms * blocks_per_sm),
+                                    dim3(kThreads), params, 0, nullptr));
+  CHECK(cudaDeviceSynchronize());
+  std::uint64_t ns = 0;
+  CHECK(cudaMemcpy(&ns, out_ns, sizeof ns, cudaMemcpyDeviceToHost));
+  return static_cast<double>(ns) / 1000.0 / reps;
+}
+
+// Mean µs per launch of `n` empty kernels back to back on one stream (after a warm-up), PDL or not.
+double launch_us(const Device& d, int blocks_per_sm, bool pdl, int n) {
+  cudaStream_t s;
+  CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(d.sms * blocks_per_sm);
+  cfg.blockDim = dim3(kThreads);
+  cfg.stream = s;
+  cfg.attrs = pdl ? &attr : nullptr;
+  cfg.numAttrs = pdl ? 1 : 0;
+  const int flag = pdl ? 1 : 0;
+  for (int i = 0; i < 100; ++i) CHECK(cudaLaunchKernelEx(&cfg, empty_kernel, flag));
+  cudaEvent_t e0, e1;
+  CHECK(cudaEventCreate(&e0));
+  CHECK(cudaEventCreate(&e1));
+  CHECK(cudaEventRecord(e0, s));
+  for (int i = 0; i < n; ++i) CHECK(cudaLaunchKernelEx(&cfg, empty_kernel, flag));
+  CHECK(cudaEventRecord(e1, s));
+  CHECK(cudaEventSynchronize(e1));
+  float ms = 0;
+  CHECK(cudaEventElapsedTime(&ms, e0, e1));
+  CHECK(cudaEventDestroy(e0));
+  CHECK(cudaEventDestroy(e1));
+  CHECK(cudaStreamDestroy(s));
+  return 1000.0 * ms / n;
+}
+
+}  // namespace
+
+int main() {
+  Device d;
+  CHECK(cudaGetDeviceProperties(&d.prop, 0));
+  d.sms = d.prop.multiProcessorCount;
+  int fit = 0;
+  CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, probe_kernel, kThreads, 0));
+  std::printf("device: %s, %d multiprocessors, L2 %d MB; probe blocks of %d threads, at most %d per multiprocessor\n",
+              d.prop.name, d.sms, d.prop.l2CacheSize >> 20, kThreads, fit);
+
+  // Eight regions of the largest read, so that a cold repetition's region was evicted by the seven before it.
+  const std::size_t kFp8Rows = 262144ull * 132, kBf16Rows = 262144ull * 256, kR128Rows = 8192ull * 584;
+  const int kRegions = 8;
+  const std::size_t bytes = 2ull << 30;  // ≥ kRegions × kBf16Rows, and the copy's source and destination
+  uint4* data = nullptr;
+  unsigned *count = nullptr, *sink = nullptr;
+  std::uint64_t* out_ns = nullptr;
+  CHECK(cudaMalloc(&data, bytes));
+  CHECK(cudaMemset(data, 0x5a, bytes));
+  CHECK(cudaMalloc(&count, sizeof(unsigned)));
+  CHECK(cudaMalloc(&sink, 4096 * sizeof(unsigned)));
+  CHECK(cudaMalloc(&out_ns, sizeof(std::uint64_t)));
+
+  {  // the floors' bandwidth, as bench_util.hpp's measure_copy_bandwidth, but the best of 10 after 2 warm-ups
+    const std::size_t n = 1ull << 30;
+    cudaEvent_t e0, e1;
+    CHECK(cudaEventCreate(&e0));
+    CHECK(cudaEventCreate(&e1));
+    float best = 1e30f;
+    for (int i = 0; i < 12; ++i) {
+      CHECK(cudaEventRecord(e0));
+      CHECK(cudaMemcpyAsync(reinterpret_cast<char*>(data) + n, data, n, cudaMemcpyDeviceToDevice));
+      CHECK(cudaEventRecord(e1));
+      CHECK(cudaEventSynchronize(e1));
+      float ms = 0;
+      CHECK(cudaEventElapsedTime(&ms, e0, e1));
+      if (i >= 2 && ms < best) best = ms;
+    }
+    std::printf("copy bandwidth (read + write): %.0f GB/s\n", 2.0 * n / (best * 1e6));
+    CHECK(cudaEventDestroy(e0));
+    CHECK(cudaEventDestroy(e1));
+  }
+
+  std::printf("\n%-44s %12s %12s %12s\n", "piece (µs each; mean of many)", "1 block/SM", "2 blocks/SM",
+              "4 blocks/SM");
+  auto row = [&](const char* name, auto f) {
+    std::printf("%-44s", name);
+    for (int b : {1, 2, 4}) {
+      if (b > fit) {
+        std::printf(" %12s", "-");
+      } else {
+        std::printf(" %12.2f", f(b));
+      }
+    }
+    std::printf("\n");
+  };
+  row("grid barrier", [&](int b) { return probe_us(d, b, data, 0, 1, 2000, count, out_ns, sink); });
+  row("empty launch, back to back", [&](int b) { return launch_us(d, b, false, 2000); });
+  row("empty launch, back to back under PDL", [&](int b) { return launch_us(d, b, true, 2000); });
+  struct Read {
+    const char* name;
+    std::size_t bytes;
+    int regions;
+  };
+  const Read reads[] = {
+      {"FP8 indexer rows 34.6 MB from HBM + barrier", kFp8Rows, kRegions},
+      {"FP8 indexer rows 34.6 MB from L2 + barrier", kFp8Rows, 1},
+      {"BF16 indexer rows 67.1 MB from HBM + barrier", kBf16Rows, kRegions},
+      {"ratio-128 rows 4.8 MB from HBM + barrier", kR128Rows, kRegions},
+      {"ratio-128 rows 4.8 MB from L2 + barrier", kR128Rows, 1},
+  };
+  for (const Read& r : reads) {
+    row(r.name, [&](int b) { return probe_us(d, b, data, r.bytes, r.regions, 64, count, out_ns, sink); });
+  }
+  // The same reads as bandwidth, at 4 blocks per multiprocessor (or the most that fit).
+  const int b = fit < 4 ? fit : 4;
+  std::printf("\nas bandwidth at %d blocks per multiprocessor (GB/s, barrier included):\n", b);
+  for (const Read& r : reads) {
+    const double us = probe_us(d, b, data, r.bytes, r.regions, 64, count, out_ns, sink);
+    std::printf("  %-44s %8.0f\n", r.name, r.bytes / us / 1000.0);
+  }
+  CHECK(cudaFree(data));
+  CHECK(cudaFree(count));
+  CHECK(cudaFree(sink));
+  CHECK(cudaFree(out_ns));
+  return 0;
+}
