@@ -3,6 +3,7 @@
 // layer's phases (query preparation, scores, the top-k's digits, attention, merge) by grid-wide barriers, so what
 // it costs is its barriers plus its reads of the rows; this prints
 //   - one grid barrier (a release add and an acquire spin per block) for 1, 2 and 4 blocks per multiprocessor,
+//     and cooperative groups' grid.sync() beside it,
 //   - one back-to-back launch of an empty kernel (what a phase boundary costs today), plain and under
 //     programmatic dependent launch (the next launched as the previous one's blocks exit, as the layer kernels
 //     are),
@@ -15,6 +16,7 @@
 // Build and run on the GPU machine (or build here and carry the binary):
 //   nvcc -std=c++17 -O3 -arch=sm_90a -o /tmp/plp scripts/gpu/persistent_layer_probe.cu && /tmp/plp
 // The analysis it feeds: docs/cuda-dsv4-kernels-history.md, round 37.
+#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -85,6 +87,15 @@ __global__ void __launch_bounds__(kThreads) probe_kernel(ProbeArgs a) {
   if (acc == 0x9e3779b9u) a.sink[blockIdx.x] = acc;  // (never in practice; the loads cannot be dropped)
 }
 
+// The same barrier loop through cooperative groups' grid.sync(), for comparison with the hand-written one.
+__global__ void __launch_bounds__(kThreads) cg_barrier_kernel(int reps, std::uint64_t* out_ns) {
+  cooperative_groups::grid_group grid = cooperative_groups::this_grid();
+  grid.sync();
+  const std::uint64_t t0 = global_ns();
+  for (int r = 0; r < reps; ++r) grid.sync();
+  if (blockIdx.x == 0 && threadIdx.x == 0) *out_ns = global_ns() - t0;
+}
+
 __global__ void __launch_bounds__(kThreads) empty_kernel(int pdl) {
   if (pdl) asm volatile("griddepcontrol.wait;" ::: "memory");
 }
@@ -101,6 +112,17 @@ double probe_us(const Device& d, int blocks_per_sm, const uint4* data, std::size
   void* params[] = {&a};
   CHECK(cudaMemset(count, 0, sizeof(unsigned)));
   CHECK(cudaLaunchCooperativeKernel(reinterpret_cast<void*>(probe_kernel), dim3(d.sms * blocks_per_sm),
+                                    dim3(kThreads), params, 0, nullptr));
+  CHECK(cudaDeviceSynchronize());
+  std::uint64_t ns = 0;
+  CHECK(cudaMemcpy(&ns, out_ns, sizeof ns, cudaMemcpyDeviceToHost));
+  return static_cast<double>(ns) / 1000.0 / reps;
+}
+
+// Mean µs per grid.sync() of cg_barrier_kernel on blocks_per_sm × SMs blocks.
+double cg_barrier_us(const Device& d, int blocks_per_sm, int reps, std::uint64_t* out_ns) {
+  void* params[] = {&reps, &out_ns};
+  CHECK(cudaLaunchCooperativeKernel(reinterpret_cast<void*>(cg_barrier_kernel), dim3(d.sms * blocks_per_sm),
                                     dim3(kThreads), params, 0, nullptr));
   CHECK(cudaDeviceSynchronize());
   std::uint64_t ns = 0;
@@ -182,10 +204,10 @@ int main() {
     CHECK(cudaEventDestroy(e1));
   }
 
-  std::printf("\n%-44s %12s %12s %12s\n", "piece (µs each; mean of many)", "1 block/SM", "2 blocks/SM",
+  std::printf("\n%-48s %12s %12s %12s\n", "piece (µs each; mean of many)", "1 block/SM", "2 blocks/SM",
               "4 blocks/SM");
   auto row = [&](const char* name, auto f) {
-    std::printf("%-44s", name);
+    std::printf("%-48s", name);
     for (int b : {1, 2, 4}) {
       if (b > fit) {
         std::printf(" %12s", "-");
@@ -196,6 +218,7 @@ int main() {
     std::printf("\n");
   };
   row("grid barrier", [&](int b) { return probe_us(d, b, data, 0, 1, 2000, count, out_ns, sink); });
+  row("grid barrier, cooperative groups' grid.sync()", [&](int b) { return cg_barrier_us(d, b, 2000, out_ns); });
   row("empty launch, back to back", [&](int b) { return launch_us(d, b, false, 2000); });
   row("empty launch, back to back under PDL", [&](int b) { return launch_us(d, b, true, 2000); });
   struct Read {
@@ -218,7 +241,7 @@ int main() {
   std::printf("\nas bandwidth at %d blocks per multiprocessor (GB/s, barrier included):\n", b);
   for (const Read& r : reads) {
     const double us = probe_us(d, b, data, r.bytes, r.regions, 64, count, out_ns, sink);
-    std::printf("  %-44s %8.0f\n", r.name, r.bytes / us / 1000.0);
+    std::printf("  %-48s %8.0f\n", r.name, r.bytes / us / 1000.0);
   }
   CHECK(cudaFree(data));
   CHECK(cudaFree(count));
