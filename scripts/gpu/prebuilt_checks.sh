@@ -4,12 +4,14 @@
 # BIN_DIR build/carry/build-gpu), run on the GPU machine without a build: every test of both binaries, then
 # compute-sanitizer memcheck and racecheck on SANITIZE_FILTER (default the *Small* suites, the two-stream test and the
 # plan checks); with REPEAT_FILTER, those TurboQuant tests REPEAT times more (default 15); with STEPS, those bench
-# steps of scripts/gpu/steps/ (e.g. STEPS=tq_step) on the same executables. Carry ".deps" and ".ab" (or
+# steps of scripts/gpu/steps/ (e.g. STEPS=tq_step) on the same executables, last, or first with STEPS_FIRST=1 (so
+# that a short device call gets the benchmark figures before the sanitizers). Carry ".deps" and ".ab" (or
 # "build/carry"); gzipped executables are unpacked first. Each step gets at most what is left of DEADLINE seconds
 # (default 540, so that the device call's 600 s limit is not reached), so a slow step cuts the later ones short
 # rather than the whole run; a step that ran out says so. Logs packed into $OUT/checks_logs.tgz (the device tool
 # brings back at most 8 files); a bench step's CSV stays beside it. Exit code: the first failing step's.
-# Usage: [SANITIZE_FILTER=…] [REPEAT_FILTER=… [REPEAT=N]] [STEPS="tq_step …"] scripts/gpu/prebuilt_checks.sh [BIN_DIR]
+# Usage: [SANITIZE_FILTER=…] [REPEAT_FILTER=… [REPEAT=N]] [STEPS="tq_step …" [STEPS_FIRST=1]]
+#        scripts/gpu/prebuilt_checks.sh [BIN_DIR]
 #        (BIN_DIR default .ab/new/build-gpu)
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
@@ -46,6 +48,16 @@ if [ -d "$BIN" ]; then  # (carry_prebuilt.sh's gzipped executables)
   find "$BIN" -type f -path '*/bench/*' -exec chmod +x {} +
 fi
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | sed 's/^/device: /'
+# The bench steps of STEPS (before the tests with STEPS_FIRST=1, else after the sanitizers).
+bench_steps() {
+  local s
+  for s in ${STEPS:-}; do
+    [ -f "scripts/gpu/steps/$s.sh" ] || { echo "error: no bench step scripts/gpu/steps/$s.sh" >&2; [ "$rc" != 0 ] || rc=2; continue; }
+    step "bench step $s" "step_$s.log" env BUILD="$BIN" OUT="$OUT" bash "scripts/gpu/steps/$s.sh"
+    grep -vE '^$' "$OUT/step_$s.log" | head -24
+  done
+}
+[ "${STEPS_FIRST:-0}" = 1 ] && bench_steps
 binaries=("$BIN/tests/cuda/kvcompact_cuda_tests" "$BIN/tests/cuda_dsv4/kvcompact_cuda_dsv4_tests")
 for t in "${binaries[@]}"; do
   [ -x "$t" ] || { echo "error: no test binary $t" >&2; exit 2; }
@@ -68,9 +80,5 @@ if [ -n "${REPEAT_FILTER:-}" ]; then
     --gtest_repeat="${REPEAT:-15}"
   echo "  $(grep -c '^\[  PASSED  \]' "$OUT/repeat.log") of ${REPEAT:-15} rounds passed"
 fi
-for s in ${STEPS:-}; do
-  [ -f "scripts/gpu/steps/$s.sh" ] || { echo "error: no bench step scripts/gpu/steps/$s.sh" >&2; [ "$rc" != 0 ] || rc=2; continue; }
-  step "bench step $s" "step_$s.log" env BUILD="$BIN" OUT="$OUT" bash "scripts/gpu/steps/$s.sh"
-  grep -vE '^$' "$OUT/step_$s.log" | head -20
-done
+[ "${STEPS_FIRST:-0}" = 1 ] || bench_steps
 exit "$rc"
