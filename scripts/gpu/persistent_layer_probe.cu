@@ -105,29 +105,30 @@ struct Device {
   cudaDeviceProp prop{};
 };
 
-// Mean µs per repetition of probe_kernel on blocks_per_sm × SMs blocks (cooperative launch: all resident).
-double probe_us(const Device& d, int blocks_per_sm, const uint4* data, std::size_t region_bytes, int regions,
-                int reps, unsigned* count, std::uint64_t* out_ns, unsigned* sink) {
-  ProbeArgs a{data, region_bytes / 16, regions, reps, count, out_ns, sink};
-  void* params[] = {&a};
-  CHECK(cudaMemset(count, 0, sizeof(unsigned)));
-  CHECK(cudaLaunchCooperativeKernel(reinterpret_cast<void*>(probe_kernel), dim3(d.sms * blocks_per_sm),
-                                    dim3(kThreads), params, 0, nullptr));
+// Launches `kernel` cooperatively (every block resident) on blocks_per_sm × SMs blocks and returns the mean µs per
+// repetition that its block 0 wrote to out_ns.
+double cooperative_us(const Device& d, const void* kernel, int blocks_per_sm, void** params, int reps,
+                      const std::uint64_t* out_ns) {
+  CHECK(cudaLaunchCooperativeKernel(kernel, dim3(d.sms * blocks_per_sm), dim3(kThreads), params, 0, nullptr));
   CHECK(cudaDeviceSynchronize());
   std::uint64_t ns = 0;
   CHECK(cudaMemcpy(&ns, out_ns, sizeof ns, cudaMemcpyDeviceToHost));
   return static_cast<double>(ns) / 1000.0 / reps;
 }
 
-// Mean µs per grid.sync() of cg_barrier_kernel on blocks_per_sm × SMs blocks.
+// Mean µs per repetition of probe_kernel.
+double probe_us(const Device& d, int blocks_per_sm, const uint4* data, std::size_t region_bytes, int regions,
+                int reps, unsigned* count, std::uint64_t* out_ns, unsigned* sink) {
+  ProbeArgs a{data, region_bytes / 16, regions, reps, count, out_ns, sink};
+  void* params[] = {&a};
+  CHECK(cudaMemset(count, 0, sizeof(unsigned)));
+  return cooperative_us(d, reinterpret_cast<const void*>(probe_kernel), blocks_per_sm, params, reps, out_ns);
+}
+
+// Mean µs per grid.sync() of cg_barrier_kernel.
 double cg_barrier_us(const Device& d, int blocks_per_sm, int reps, std::uint64_t* out_ns) {
   void* params[] = {&reps, &out_ns};
-  CHECK(cudaLaunchCooperativeKernel(reinterpret_cast<void*>(cg_barrier_kernel), dim3(d.sms * blocks_per_sm),
-                                    dim3(kThreads), params, 0, nullptr));
-  CHECK(cudaDeviceSynchronize());
-  std::uint64_t ns = 0;
-  CHECK(cudaMemcpy(&ns, out_ns, sizeof ns, cudaMemcpyDeviceToHost));
-  return static_cast<double>(ns) / 1000.0 / reps;
+  return cooperative_us(d, reinterpret_cast<const void*>(cg_barrier_kernel), blocks_per_sm, params, reps, out_ns);
 }
 
 // Mean µs per launch of `n` empty kernels back to back on one stream (after a warm-up), PDL or not.
