@@ -19,9 +19,11 @@
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
+#include <array>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <iterator>
 
 #define CHECK(x)                                                                             \
   do {                                                                                       \
@@ -207,16 +209,21 @@ int main() {
 
   std::printf("\n%-48s %12s %12s %12s\n", "piece (µs each; mean of many)", "1 block/SM", "2 blocks/SM",
               "4 blocks/SM");
+  // Prints one row of the table; returns its µs at 1, 2 and 4 blocks per multiprocessor (0 where they do not fit).
   auto row = [&](const char* name, auto f) {
+    std::array<double, 3> us{};
     std::printf("%-48s", name);
-    for (int b : {1, 2, 4}) {
+    for (int i = 0; i < 3; ++i) {
+      const int b = 1 << i;
       if (b > fit) {
         std::printf(" %12s", "-");
       } else {
-        std::printf(" %12.2f", f(b));
+        us[i] = f(b);
+        std::printf(" %12.2f", us[i]);
       }
     }
     std::printf("\n");
+    return us;
   };
   row("grid barrier", [&](int b) { return probe_us(d, b, data, 0, 1, 2000, count, out_ns, sink); });
   row("grid barrier, cooperative groups' grid.sync()", [&](int b) { return cg_barrier_us(d, b, 2000, out_ns); });
@@ -234,15 +241,16 @@ int main() {
       {"ratio-128 rows 4.8 MB from HBM + barrier", kR128Rows, kRegions},
       {"ratio-128 rows 4.8 MB from L2 + barrier", kR128Rows, 1},
   };
-  for (const Read& r : reads) {
-    row(r.name, [&](int b) { return probe_us(d, b, data, r.bytes, r.regions, 64, count, out_ns, sink); });
+  std::array<double, 3> read_us[std::size(reads)];
+  for (std::size_t i = 0; i < std::size(reads); ++i) {
+    const Read& r = reads[i];
+    read_us[i] = row(r.name, [&](int b) { return probe_us(d, b, data, r.bytes, r.regions, 64, count, out_ns, sink); });
   }
-  // The same reads as bandwidth, at 4 blocks per multiprocessor (or the most that fit).
-  const int b = fit < 4 ? fit : 4;
-  std::printf("\nas bandwidth at %d blocks per multiprocessor (GB/s, barrier included):\n", b);
-  for (const Read& r : reads) {
-    const double us = probe_us(d, b, data, r.bytes, r.regions, 64, count, out_ns, sink);
-    std::printf("  %-48s %8.0f\n", r.name, r.bytes / us / 1000.0);
+  // The same reads as bandwidth, at the most blocks per multiprocessor measured (4 where they fit).
+  const int most = fit >= 4 ? 2 : (fit >= 2 ? 1 : 0);
+  std::printf("\nas bandwidth at %d blocks per multiprocessor (GB/s, barrier included):\n", 1 << most);
+  for (std::size_t i = 0; i < std::size(reads); ++i) {
+    std::printf("  %-48s %8.0f\n", reads[i].name, reads[i].bytes / read_us[i][most] / 1000.0);
   }
   CHECK(cudaFree(data));
   CHECK(cudaFree(count));

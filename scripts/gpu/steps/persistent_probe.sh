@@ -11,9 +11,6 @@ OUT="${OUT:-$PWD/out}"
 mkdir -p "$OUT"
 BIN="$BUILD/persistent_layer_probe"
 if [ ! -x "$BIN" ]; then
-  [ -f "$BIN.gz" ] && gunzip -kf "$BIN.gz" && chmod +x "$BIN"
-fi
-if [ ! -x "$BIN" ]; then
   BIN="$(mktemp -d)/persistent_layer_probe"
   nvcc -std=c++17 -O3 -arch=sm_90a -o "$BIN" scripts/gpu/persistent_layer_probe.cu || { echo "probe: build failed"; exit 1; }
 fi
