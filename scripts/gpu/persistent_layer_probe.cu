@@ -11,6 +11,8 @@
 //     rows of a ratio-4 layer at 1M (34.6 / 67.1 MB) and a ratio-128 layer's compressed FP8 rows (8192 × 584 B), from HBM
 //     (each repetition reads a region that the seven read since evicted from L2) and from L2 (the same region
 //     every time: what a read of rows prefetched during the layer before could take).
+//   - one thread's dependent load from L2 and from HBM (a pointer chase): what each phase after a barrier pays at
+//     least once, when its blocks read what the others wrote before it (a histogram, a boundary, a list).
 // Times are the mean of many repetitions inside one launch (%globaltimer), so no launch is in them. Also printed:
 // the copy bandwidth the benchmarks' HBM floors use (a device-to-device copy, bytes read + written).
 // Build and run on the GPU machine (or build here and carry the binary):
@@ -19,11 +21,15 @@
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <iterator>
+#include <numeric>
+#include <random>
+#include <vector>
 
 #define CHECK(x)                                                                             \
   do {                                                                                       \
@@ -98,6 +104,23 @@ __global__ void __launch_bounds__(kThreads) cg_barrier_kernel(int reps, std::uin
   if (blockIdx.x == 0 && threadIdx.x == 0) *out_ns = global_ns() - t0;
 }
 
+// One thread follows a cycle of dependent loads: the round trip that every phase of a persistent kernel pays at
+// least once after its barrier (reading what the other blocks wrote: a histogram, a boundary, a list).
+__global__ void chase_kernel(const unsigned* next, int steps, std::uint64_t* out_ns, unsigned* sink) {
+  unsigned i = 0;
+  const std::uint64_t t0 = global_ns();
+  for (int s = 0; s < steps; ++s) i = __ldcg(next + i);
+  *out_ns = global_ns() - t0;
+  *sink = i;
+}
+
+// next[perm[k] * stride] = perm[k + 1] * stride: one cycle through n slots `stride` words apart, in perm's order.
+__global__ void link_cycle_kernel(unsigned* next, const unsigned* perm, unsigned n, unsigned stride) {
+  for (unsigned k = blockIdx.x * blockDim.x + threadIdx.x; k < n; k += gridDim.x * blockDim.x) {
+    next[perm[k] * stride] = perm[(k + 1) % n] * stride;
+  }
+}
+
 __global__ void __launch_bounds__(kThreads) empty_kernel(int pdl) {
   if (pdl) asm volatile("griddepcontrol.wait;" ::: "memory");
 }
@@ -161,6 +184,34 @@ double launch_us(const Device& d, int blocks_per_sm, bool pdl, int n) {
   CHECK(cudaEventDestroy(e1));
   CHECK(cudaStreamDestroy(s));
   return 1000.0 * ms / n;
+}
+
+// Mean ns per dependent load of one thread chasing a random cycle through `slots` 128-byte lines of `data`'s first
+// gigabyte. From L2: the cycle is walked once before the clock. From HBM: its second gigabyte is written before the
+// clock instead, which evicts the cycle from L2 (the 20 000 timed loads then touch few lines twice).
+double chase_ns(uint4* data, unsigned slots, bool from_l2, std::uint64_t* out_ns, unsigned* sink) {
+  constexpr unsigned kLineWords = 128 / 4;
+  std::vector<unsigned> perm(slots);
+  std::iota(perm.begin(), perm.end(), 0u);
+  std::shuffle(perm.begin() + 1, perm.end(), std::mt19937(12345));  // slot 0 first: the chase starts there
+  unsigned* dperm = nullptr;
+  CHECK(cudaMalloc(&dperm, slots * sizeof(unsigned)));
+  CHECK(cudaMemcpy(dperm, perm.data(), slots * sizeof(unsigned), cudaMemcpyHostToDevice));
+  unsigned* next = reinterpret_cast<unsigned*>(data);
+  link_cycle_kernel<<<256, 256>>>(next, dperm, slots, kLineWords);
+  CHECK(cudaGetLastError());
+  const int steps = 20000;
+  if (from_l2) {
+    chase_kernel<<<1, 1>>>(next, static_cast<int>(slots), out_ns, sink);
+  } else {
+    CHECK(cudaMemset(reinterpret_cast<char*>(data) + (1ull << 30), 0, 1ull << 30));
+  }
+  chase_kernel<<<1, 1>>>(next, steps, out_ns, sink);
+  CHECK(cudaDeviceSynchronize());
+  std::uint64_t ns = 0;
+  CHECK(cudaMemcpy(&ns, out_ns, sizeof ns, cudaMemcpyDeviceToHost));
+  CHECK(cudaFree(dperm));
+  return static_cast<double>(ns) / steps;
 }
 
 }  // namespace
@@ -246,6 +297,9 @@ int main() {
     const Read& r = reads[i];
     read_us[i] = row(r.name, [&](int b) { return probe_us(d, b, data, r.bytes, r.regions, 64, count, out_ns, sink); });
   }
+  // What each phase after a barrier pays at least once: one dependent load (random lines of 2 MB / 256 MB).
+  std::printf("\none thread's dependent load (ns each): from L2 %.0f, from HBM %.0f\n",
+              chase_ns(data, 16384, true, out_ns, sink), chase_ns(data, 2u << 20, false, out_ns, sink));
   // The same reads as bandwidth, at the most blocks per multiprocessor measured (4 where they fit).
   const int most = fit >= 4 ? 2 : (fit >= 2 ? 1 : 0);
   std::printf("\nas bandwidth at %d blocks per multiprocessor (GB/s, barrier included):\n", 1 << most);
