@@ -6,7 +6,7 @@
 //     and cooperative groups' grid.sync() beside it,
 //   - one back-to-back launch of an empty kernel (what a phase boundary costs today), plain and under
 //     programmatic dependent launch (the next launched as the previous one's blocks exit, as the layer kernels
-//     are),
+//     are), each launched from the host and inside one CUDA graph (as the decode step runs),
 //   - a read of a layer's rows spread over the persistent grid and ended by a barrier: the FP8 and BF16 indexer
 //     rows of a ratio-4 layer at 1M (34.6 / 67.1 MB) and a ratio-128 layer's compressed FP8 rows (8192 × 584 B), from HBM
 //     (each repetition reads a region that the seven read since evicted from L2) and from L2 (the same region
@@ -156,8 +156,9 @@ double cg_barrier_us(const Device& d, int blocks_per_sm, int reps, std::uint64_t
   return cooperative_us(d, reinterpret_cast<const void*>(cg_barrier_kernel), blocks_per_sm, params, reps, out_ns);
 }
 
-// Mean µs per launch of `n` empty kernels back to back on one stream (after a warm-up), PDL or not.
-double launch_us(const Device& d, int blocks_per_sm, bool pdl, int n) {
+// Mean µs per launch of `n` empty kernels back to back on one stream (after a warm-up), PDL or not; launched one
+// by one from the host, or as one CUDA graph of the n launches (as the decode step runs: no host cost per launch).
+double launch_us(const Device& d, int blocks_per_sm, bool pdl, bool graph, int n) {
   cudaStream_t s;
   CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   cudaLaunchAttribute attr{};
@@ -170,18 +171,38 @@ double launch_us(const Device& d, int blocks_per_sm, bool pdl, int n) {
   cfg.attrs = pdl ? &attr : nullptr;
   cfg.numAttrs = pdl ? 1 : 0;
   const int flag = pdl ? 1 : 0;
-  for (int i = 0; i < 100; ++i) CHECK(cudaLaunchKernelEx(&cfg, empty_kernel, flag));
+  auto launch_all = [&] {
+    for (int i = 0; i < n; ++i) CHECK(cudaLaunchKernelEx(&cfg, empty_kernel, flag));
+  };
+  cudaGraphExec_t exec = nullptr;
+  if (graph) {
+    cudaGraph_t g;
+    CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    launch_all();
+    CHECK(cudaStreamEndCapture(s, &g));
+    CHECK(cudaGraphInstantiate(&exec, g, 0));
+    CHECK(cudaGraphDestroy(g));
+  }
+  auto run = [&] {
+    if (graph) {
+      CHECK(cudaGraphLaunch(exec, s));
+    } else {
+      launch_all();
+    }
+  };
+  run();  // warm-up
   cudaEvent_t e0, e1;
   CHECK(cudaEventCreate(&e0));
   CHECK(cudaEventCreate(&e1));
   CHECK(cudaEventRecord(e0, s));
-  for (int i = 0; i < n; ++i) CHECK(cudaLaunchKernelEx(&cfg, empty_kernel, flag));
+  run();
   CHECK(cudaEventRecord(e1, s));
   CHECK(cudaEventSynchronize(e1));
   float ms = 0;
   CHECK(cudaEventElapsedTime(&ms, e0, e1));
   CHECK(cudaEventDestroy(e0));
   CHECK(cudaEventDestroy(e1));
+  if (exec != nullptr) CHECK(cudaGraphExecDestroy(exec));
   CHECK(cudaStreamDestroy(s));
   return 1000.0 * ms / n;
 }
@@ -278,8 +299,10 @@ int main() {
   };
   row("grid barrier", [&](int b) { return probe_us(d, b, data, 0, 1, 2000, count, out_ns, sink); });
   row("grid barrier, cooperative groups' grid.sync()", [&](int b) { return cg_barrier_us(d, b, 2000, out_ns); });
-  row("empty launch, back to back", [&](int b) { return launch_us(d, b, false, 2000); });
-  row("empty launch, back to back under PDL", [&](int b) { return launch_us(d, b, true, 2000); });
+  row("empty launch, back to back", [&](int b) { return launch_us(d, b, false, false, 2000); });
+  row("empty launch, back to back under PDL", [&](int b) { return launch_us(d, b, true, false, 2000); });
+  row("empty launch in a CUDA graph", [&](int b) { return launch_us(d, b, false, true, 2000); });
+  row("empty launch in a CUDA graph under PDL", [&](int b) { return launch_us(d, b, true, true, 2000); });
   struct Read {
     const char* name;
     std::size_t bytes;
